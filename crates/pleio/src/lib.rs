@@ -7,3 +7,5 @@
 #![warn(missing_docs)]
 
 pub mod quant;
+pub mod map;
+pub mod gguf;

@@ -34,6 +34,7 @@ pub enum DecodeError {
 }
 
 mod float;
+pub mod random;
 mod fp4;
 mod iquant;
 mod kquant;
