@@ -9,3 +9,5 @@
 pub mod quant;
 pub mod map;
 pub mod gguf;
+pub mod synth;
+pub mod table;

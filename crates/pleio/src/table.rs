@@ -1,0 +1,242 @@
+//! A [`Table`]: one 2-D tensor of an open model, seen as rows of bytes.
+//!
+//! A table knows where its rows are (shard, byte offset, row bytes, row
+//! count) and their type; it owns no I/O policy.
+
+use crate::quant::GgmlType;
+
+/// Name of the per-layer-embedding tensor in `qwen4exp` and `gemma4` files.
+pub const PLE_TENSOR: &str = "per_layer_token_embd.weight";
+
+/// Geometry of one 2-D tensor: `n_rows` rows of `row_elems` elements.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    /// Tensor name.
+    pub name: String,
+    /// Element type.
+    pub ty: GgmlType,
+    /// Elements per row (`ne[0]`).
+    pub row_elems: u64,
+    /// Number of rows (`ne[1]`).
+    pub n_rows: u64,
+    /// Bytes per row.
+    pub row_bytes: u64,
+    /// Index of the shard file holding the tensor.
+    pub shard: usize,
+    /// Absolute byte offset of row 0 in that shard file.
+    pub offset: u64,
+}
+
+/// Errors finding or using a table.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TableError {
+    /// No tensor of that name.
+    #[error("no tensor named {name:?}{}", if *.ple_hint { " (no per-layer-embedding table in this file: name one with --tensor)" } else { "" })]
+    NoSuchTensor {
+        /// The name looked up.
+        name: String,
+        /// True when the default PLE table was looked up.
+        ple_hint: bool,
+    },
+    /// The tensor is not 2-D (trailing dimensions of 1 are accepted).
+    #[error("tensor {name:?} has shape {dims:?}; a table must be 2-D")]
+    NotTwoDimensional {
+        /// Tensor name.
+        name: String,
+        /// Its dimensions.
+        dims: Vec<u64>,
+    },
+    /// The row length is not a whole number of blocks of the type.
+    #[error("tensor {name:?}: a row of {row_elems} elements is not a whole number of {ty} blocks")]
+    PartialBlock {
+        /// Tensor name.
+        name: String,
+        /// Elements per row.
+        row_elems: u64,
+        /// Element type.
+        ty: GgmlType,
+    },
+    /// A row id past the end of the table.
+    #[error("row {row} is out of range: tensor {name:?} has {n_rows} rows (valid ids 0..={last})", last = .n_rows.saturating_sub(1))]
+    RowOutOfRange {
+        /// Tensor name.
+        name: String,
+        /// The row asked for.
+        row: u64,
+        /// Rows in the table.
+        n_rows: u64,
+    },
+}
+
+impl Table {
+    /// Builds a table from a tensor's name, type, dims and absolute offset.
+    pub fn new(
+        name: &str,
+        ty: GgmlType,
+        dims: &[u64],
+        shard: usize,
+        offset: u64,
+    ) -> Result<Table, TableError> {
+        let two_d = dims.len() >= 2 && dims[2..].iter().all(|&d| d == 1);
+        if !two_d {
+            return Err(TableError::NotTwoDimensional {
+                name: name.to_string(),
+                dims: dims.to_vec(),
+            });
+        }
+        match ty.row_bytes(dims[0]) {
+            Some(row_bytes) => Ok(Table {
+                name: name.to_string(),
+                ty,
+                row_elems: dims[0],
+                n_rows: dims[1],
+                row_bytes,
+                shard,
+                offset,
+            }),
+            None => Err(TableError::PartialBlock {
+                name: name.to_string(),
+                row_elems: dims[0],
+                ty,
+            }),
+        }
+    }
+
+    /// Total bytes of the table.
+    pub fn bytes(&self) -> u64 {
+        self.n_rows * self.row_bytes
+    }
+
+    /// Absolute byte offset of `row` in its shard file, or an error naming
+    /// the row and the limit.
+    pub fn row_offset(&self, row: u64) -> Result<u64, TableError> {
+        if row < self.n_rows {
+            Ok(self.offset + row * self.row_bytes)
+        } else {
+            Err(TableError::RowOutOfRange {
+                name: self.name.clone(),
+                row,
+                n_rows: self.n_rows,
+            })
+        }
+    }
+
+    /// Checks every id of `rows` before any I/O happens.
+    pub fn check_rows(&self, rows: &[u64]) -> Result<(), TableError> {
+        match rows.iter().find(|&&r| r >= self.n_rows) {
+            Some(&row) => self.row_offset(row).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// Page geometry of the rows for a given page size.
+    pub fn page_geometry(&self, page: u64) -> PageGeometry {
+        PageGeometry::of(self.offset, self.row_bytes, self.n_rows, page)
+    }
+}
+
+/// How a table's rows fall on pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageGeometry {
+    /// Page size used.
+    pub page: u64,
+    /// Whole rows per page (`page / row_bytes`; 0 for rows larger than a page).
+    pub rows_per_page: u64,
+    /// Rows whose bytes span more than one page.
+    pub straddling_rows: u64,
+    /// Distinct pages the table touches.
+    pub pages: u64,
+}
+
+impl PageGeometry {
+    /// Geometry of `n_rows` rows of `row_bytes` starting at byte `offset`.
+    ///
+    /// Runs in time proportional to one period of the row/page pattern, not
+    /// to the row count.
+    pub fn of(offset: u64, row_bytes: u64, n_rows: u64, page: u64) -> PageGeometry {
+        let page = page.max(1);
+        let straddles = |r: u64| {
+            let start = offset + r * row_bytes;
+            row_bytes > 0 && start / page != (start + row_bytes - 1) / page
+        };
+        // Row start positions modulo the page repeat every `period` rows.
+        let period = if row_bytes == 0 {
+            1
+        } else {
+            page / gcd(row_bytes % page, page).max(1)
+        };
+        let per_period = (0..period.min(n_rows)).filter(|&r| straddles(r)).count() as u64;
+        let full = n_rows / period;
+        let rest = (full * period..n_rows).filter(|&r| straddles(r)).count() as u64;
+        let pages = if n_rows == 0 || row_bytes == 0 {
+            0
+        } else {
+            (offset + n_rows * row_bytes - 1) / page - offset / page + 1
+        };
+        PageGeometry {
+            page,
+            rows_per_page: page / row_bytes.max(1),
+            straddling_rows: full * per_period + rest,
+            pages,
+        }
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn brute(offset: u64, row_bytes: u64, n_rows: u64, page: u64) -> u64 {
+        (0..n_rows)
+            .filter(|r| {
+                let s = offset + r * row_bytes;
+                s / page != (s + row_bytes - 1) / page
+            })
+            .count() as u64
+    }
+
+    #[test]
+    fn straddling_rows_match_brute_force() {
+        for &(off, rb, n, page) in &[
+            (0, 90, 10_000, 4096),
+            (96, 90, 12_345, 4096),
+            (4000, 7392, 300, 4096),
+            (32, 170, 5000, 16384),
+            (0, 128, 1000, 4096),
+            (7, 1, 9000, 4096),
+        ] {
+            let g = PageGeometry::of(off, rb, n, page);
+            assert_eq!(g.straddling_rows, brute(off, rb, n, page), "{off} {rb} {n} {page}");
+        }
+    }
+
+    #[test]
+    fn ple_geometry() {
+        let g = PageGeometry::of(0, 90, 320_001_536, 4096);
+        assert_eq!(g.rows_per_page, 45);
+        // The pattern repeats every 2048 rows (4096 / gcd(90, 4096)).
+        let period = brute(0, 90, 2048, 4096);
+        assert_eq!(g.straddling_rows, period * (320_001_536 / 2048) + brute(0, 90, 320_001_536 % 2048, 4096));
+        assert_eq!(g.pages, (320_001_536u64 * 90).div_ceil(4096));
+    }
+
+    #[test]
+    fn rows_are_bounds_checked() {
+        let t = Table::new("t", GgmlType::IQ4_NL, &[160, 10], 0, 64).unwrap();
+        assert_eq!(t.row_offset(9), Ok(64 + 9 * 90));
+        let e = t.check_rows(&[1, 10, 3]).unwrap_err();
+        assert!(e.to_string().contains("row 10"), "{e}");
+        assert!(e.to_string().contains("10 rows"), "{e}");
+        assert!(Table::new("t", GgmlType::IQ4_NL, &[160], 0, 0).is_err());
+        assert!(Table::new("t", GgmlType::IQ4_NL, &[100, 3], 0, 0).is_err());
+        assert!(Table::new("t", GgmlType::IQ4_NL, &[160, 3, 1], 0, 0).is_ok());
+    }
+}
