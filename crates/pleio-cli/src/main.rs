@@ -1,1 +1,37 @@
-fn main() {}
+//! `pleio`: inspect GGUF embedding tables, write synthetic ones, and gather rows.
+
+mod cmd;
+mod output;
+
+use clap::{Parser, Subcommand};
+
+/// Serve rows of huge on-disk embedding tables (GGUF per-layer embeddings).
+#[derive(Parser)]
+#[command(name = "pleio", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show a GGUF file's metadata, tensors and PLE table geometry.
+    Inspect(cmd::inspect::Args),
+    /// Write a synthetic qwen4exp or gemma4 GGUF with a seeded random PLE table.
+    Synth(cmd::synth::Args),
+    /// Gather rows of a table and write them as little-endian f32.
+    Gather(cmd::gather::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(a) => cmd::inspect::run(a),
+        Command::Synth(a) => cmd::synth::run(a),
+        Command::Gather(a) => cmd::gather::run(a),
+    };
+    if let Err(e) = result {
+        eprintln!("pleio: error: {e:#}");
+        std::process::exit(2);
+    }
+}

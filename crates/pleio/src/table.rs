@@ -3,6 +3,7 @@
 //! A table knows where its rows are (shard, byte offset, row bytes, row
 //! count) and their type; it owns no I/O policy.
 
+use crate::model::Model;
 use crate::quant::GgmlType;
 
 /// Name of the per-layer-embedding tensor in `qwen4exp` and `gemma4` files.
@@ -101,6 +102,18 @@ impl Table {
                 ty,
             }),
         }
+    }
+
+    /// The table named `name` in `model`, or the PLE table when `None`.
+    pub fn from_model(model: &Model, name: Option<&str>) -> Result<Table, TableError> {
+        let wanted = name.unwrap_or(PLE_TENSOR);
+        let t = model
+            .tensor(wanted)
+            .ok_or_else(|| TableError::NoSuchTensor {
+                name: wanted.to_string(),
+                ple_hint: name.is_none(),
+            })?;
+        Table::new(&t.info.name, t.info.ty, &t.info.dims, t.shard, t.file_offset)
     }
 
     /// Total bytes of the table.

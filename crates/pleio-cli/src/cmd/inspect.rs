@@ -1,0 +1,281 @@
+//! `pleio inspect`: what a GGUF file holds and how its PLE table lies on disk.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use pleio::gguf::{Array, Value};
+use pleio::model::Model;
+use pleio::table::{Table, PLE_TENSOR};
+use serde_json::{json, Map, Value as Json};
+
+use crate::output::human_bytes;
+
+/// Show a GGUF file (or split set): architecture, metadata, tensors, and the
+/// PLE table's geometry (rows, row bytes, rows per page, page-straddling
+/// rows, bytes on disk) with its n-gram metadata.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A GGUF file, or any shard of a split set.
+    file: PathBuf,
+    /// Table to describe instead of `per_layer_token_embd.weight`.
+    #[arg(long)]
+    tensor: Option<String>,
+    /// Print every metadata array in full (default: long arrays abridged).
+    #[arg(long)]
+    full: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arrays longer than this are abridged.
+const SHORT_ARRAY: usize = 16;
+
+pub fn run(a: Args) -> Result<()> {
+    let model = Model::open(&a.file)?;
+    let report = report(&model, a.tensor.as_deref(), a.full)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(&model, &report, a.full);
+    }
+    Ok(())
+}
+
+/// Everything `inspect` knows, as JSON (the text view prints from it too).
+pub fn report(model: &Model, tensor: Option<&str>, full: bool) -> Result<Json> {
+    let page = pleio::sys::page_size();
+    let shards: Vec<Json> = model
+        .shards()
+        .iter()
+        .map(|s| {
+            let allocated = std::fs::metadata(s.path()).map(|m| m.blocks() * 512).ok();
+            json!({
+                "path": s.path().display().to_string(),
+                "version": s.version(),
+                "alignment": s.alignment(),
+                "data_offset": s.data_offset(),
+                "file_bytes": s.file_len(),
+                "allocated_bytes": allocated,
+                "tensors": s.tensor_count(),
+            })
+        })
+        .collect();
+    let mut metadata = Map::new();
+    for (k, v) in model.metadata().iter() {
+        metadata.insert(k.to_string(), value_json(v, full));
+    }
+    let tensors: Vec<Json> = model
+        .tensors()
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.info.name,
+                "type": t.info.ty.name(),
+                "shape": t.info.dims,
+                "bytes": t.info.n_bytes,
+                "shard": t.shard,
+                "offset": t.file_offset,
+            })
+        })
+        .collect();
+    let table = match Table::from_model(model, tensor) {
+        Ok(t) => Some(table_json(model, &t, page)),
+        Err(e) if tensor.is_none() => {
+            let _ = e; // no PLE table: not an error for inspect
+            None
+        }
+        Err(e) => return Err(e).context("--tensor"),
+    };
+    Ok(json!({
+        "architecture": model.architecture(),
+        "shards": shards,
+        "metadata": metadata,
+        "tensors": tensors,
+        "table": table,
+    }))
+}
+
+fn table_json(model: &Model, t: &Table, page: u64) -> Json {
+    let g = t.page_geometry(page);
+    let arch = model.architecture().unwrap_or("");
+    let mut ngram = Json::Null;
+    if arch == "qwen4exp" && t.name == PLE_TENSOR {
+        let md = model.metadata();
+        let get = |k: &str| md.get(&format!("qwen4exp.{k}"));
+        let u = |k: &str| get(k).and_then(Value::as_u64);
+        let arr = |k: &str| get(k).and_then(Value::as_u64_array);
+        let sizes = arr("ple.head_vocab_sizes");
+        let offsets = arr("ple.head_offsets");
+        let addressed = sizes.as_ref().map(|s| s.iter().sum::<u64>());
+        let heads_fit = match (&sizes, &offsets) {
+            (Some(s), Some(o)) if s.len() == o.len() => Some(
+                s.iter()
+                    .zip(o)
+                    .all(|(&s, &o)| o.checked_add(s).is_some_and(|e| e <= t.n_rows)),
+            ),
+            _ => None,
+        };
+        ngram = json!({
+            "ngram_size": u("ple.ngram_size"),
+            "heads_per_ngram": u("ple.heads_per_ngram"),
+            "eos_token_id": u("ple.eos_token_id"),
+            "image_token_id": u("ple.image_token_id"),
+            "row_width": u("embedding_length_per_layer_input"),
+            "layers": arr("ple.layers"),
+            "layer_multipliers": arr("ple.layer_multipliers"),
+            "head_vocab_sizes": sizes,
+            "head_offsets": offsets,
+            "addressed_rows": addressed,
+            "padding_rows": addressed.map(|a| t.n_rows.saturating_sub(a)),
+            "heads_inside_table": heads_fit,
+        });
+    }
+    json!({
+        "name": t.name,
+        "type": t.ty.name(),
+        "rows": t.n_rows,
+        "row_elems": t.row_elems,
+        "row_bytes": t.row_bytes,
+        "shard": t.shard,
+        "offset": t.offset,
+        "bytes": t.bytes(),
+        "page_size": page,
+        "rows_per_page": g.rows_per_page,
+        "straddling_rows": g.straddling_rows,
+        "pages": g.pages,
+        "ngram": ngram,
+    })
+}
+
+fn value_json(v: &Value, full: bool) -> Json {
+    match v {
+        Value::Array(a) => array_json(a, full),
+        Value::String(s) => json!(s),
+        Value::Bool(b) => json!(b),
+        Value::F32(x) => json!(x),
+        Value::F64(x) => json!(x),
+        other => other
+            .as_i64()
+            .map(|i| json!(i))
+            .or_else(|| other.as_u64().map(|u| json!(u)))
+            .unwrap_or_else(|| json!(other.to_string())),
+    }
+}
+
+fn array_json(a: &Array, full: bool) -> Json {
+    if !full && a.len() > SHORT_ARRAY {
+        return json!({ "type": a.element_type().name(), "len": a.len(), "abridged": a.to_string() });
+    }
+    match a {
+        Array::String(v) => json!(v),
+        Array::Array(v) => Json::Array(v.iter().map(|x| array_json(x, full)).collect()),
+        Array::F32(v) => json!(v),
+        Array::F64(v) => json!(v),
+        Array::Bool(v) => json!(v),
+        Array::I8(v) => json!(v),
+        Array::I16(v) => json!(v),
+        Array::I32(v) => json!(v),
+        Array::I64(v) => json!(v),
+        Array::U8(v) => json!(v),
+        Array::U16(v) => json!(v),
+        Array::U32(v) => json!(v),
+        Array::U64(v) => json!(v),
+    }
+}
+
+fn print_text(model: &Model, r: &Json, full: bool) {
+    let shards = r["shards"].as_array().map_or(0, Vec::len);
+    println!(
+        "architecture: {}",
+        r["architecture"].as_str().unwrap_or("(none)")
+    );
+    for s in r["shards"].as_array().into_iter().flatten() {
+        println!(
+            "file: {}  (GGUF v{}, alignment {}, data at {}, {} tensors, {}{})",
+            s["path"].as_str().unwrap_or(""),
+            s["version"],
+            s["alignment"],
+            s["data_offset"],
+            s["tensors"],
+            human_bytes(s["file_bytes"].as_u64().unwrap_or(0)),
+            s["allocated_bytes"]
+                .as_u64()
+                .map(|b| format!(", {} allocated on disk", human_bytes(b)))
+                .unwrap_or_default(),
+        );
+    }
+    if shards > 1 {
+        println!("split set of {shards} shards");
+    }
+    println!("\nmetadata ({} keys):", model.metadata().len());
+    for (k, v) in model.metadata().iter() {
+        let text = match v {
+            Value::Array(a) if full => format!("{a:?}"),
+            _ => v.to_string(),
+        };
+        println!("  {k} = {text}");
+    }
+    println!("\ntensors ({}):", model.tensors().len());
+    println!(
+        "  {:<36} {:<8} {:<22} {:>12} {:>14} shard",
+        "name", "type", "shape", "bytes", "offset"
+    );
+    for t in model.tensors() {
+        println!(
+            "  {:<36} {:<8} {:<22} {:>12} {:>14} {}",
+            t.info.name,
+            t.info.ty.name(),
+            format!("{:?}", t.info.dims),
+            t.info.n_bytes,
+            t.file_offset,
+            t.shard
+        );
+    }
+    let t = &r["table"];
+    if t.is_null() {
+        println!("\nno per-layer-embedding table ({PLE_TENSOR}) in this file");
+        return;
+    }
+    let rows = t["rows"].as_u64().unwrap_or(0);
+    let straddle = t["straddling_rows"].as_u64().unwrap_or(0);
+    println!("\ntable {}:", t["name"].as_str().unwrap_or(""));
+    println!("  type          {}", t["type"].as_str().unwrap_or(""));
+    println!("  rows          {rows} x {} elements", t["row_elems"]);
+    println!("  row bytes     {}", t["row_bytes"]);
+    println!(
+        "  on disk       {} ({} bytes) at offset {} of shard {}",
+        human_bytes(t["bytes"].as_u64().unwrap_or(0)),
+        t["bytes"],
+        t["offset"],
+        t["shard"]
+    );
+    println!(
+        "  pages         {} of {} bytes; {} whole rows per page",
+        t["pages"], t["page_size"], t["rows_per_page"]
+    );
+    println!(
+        "  straddling    {straddle} rows ({:.2}%) span two pages",
+        if rows > 0 {
+            100.0 * straddle as f64 / rows as f64
+        } else {
+            0.0
+        }
+    );
+    let n = &t["ngram"];
+    if !n.is_null() {
+        println!("  n-gram hash (qwen4exp):");
+        println!(
+            "    ngram size {}, {} heads per n-gram, eos {}, image token {}",
+            n["ngram_size"], n["heads_per_ngram"], n["eos_token_id"], n["image_token_id"]
+        );
+        println!("    multipliers   {}", n["layer_multipliers"]);
+        println!("    head sizes    {}", n["head_vocab_sizes"]);
+        println!("    head offsets  {}", n["head_offsets"]);
+        println!(
+            "    addressed rows {}, padding rows {}, every head inside the table: {}",
+            n["addressed_rows"], n["padding_rows"], n["heads_inside_table"]
+        );
+    }
+}

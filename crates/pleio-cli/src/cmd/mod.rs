@@ -1,0 +1,5 @@
+//! One module per subcommand, each with its `Args` and `run`.
+
+pub mod gather;
+pub mod inspect;
+pub mod synth;

@@ -1,0 +1,153 @@
+//! `pleio synth`: write a synthetic model file.
+
+use std::io::BufWriter;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::ValueEnum;
+use pleio::quant::GgmlType;
+use pleio::synth::{Arch, SynthSpec, GEMMA_VOCAB, QWEN_FULL_ROWS};
+
+use crate::output::{byte_progress, human_bytes, AtomicOutput};
+
+/// Default qwen4exp rows: 16 Mi rows, 1.41 GiB of IQ4_NL.
+const DEFAULT_QWEN_ROWS: u64 = 16 << 20;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ArchArg {
+    Qwen4exp,
+    Gemma4,
+}
+
+/// Write a GGUF file with an architecture's real metadata keys and its PLE
+/// tensor `per_layer_token_embd.weight`, filled with seeded random valid
+/// blocks.
+///
+/// Below full size, the qwen4exp head layout is scaled down by the released
+/// rule (16 consecutive primes, largest start that fits), so the file's
+/// n-gram metadata always addresses rows inside the table.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Architecture whose metadata and table shape to write.
+    #[arg(long, value_enum, default_value = "qwen4exp")]
+    arch: ArchArg,
+    /// Table type (default IQ4_NL for qwen4exp, Q5_K for gemma4).
+    #[arg(long = "type", value_parser = parse_type)]
+    ty: Option<GgmlType>,
+    /// Rows: a number (suffixes k, M, G as powers of 1000) or `full`
+    /// (qwen4exp 320001536 with the released hash constants; gemma4 262144).
+    /// Default: qwen4exp 16777216 (1.41 GiB as IQ4_NL), gemma4 262144.
+    #[arg(long)]
+    rows: Option<String>,
+    /// Gemma 4 layers (E2B 35, E4B 42).
+    #[arg(long, default_value_t = 42)]
+    layers: u64,
+    /// Seed of the random blocks.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Leave the table as a sparse hole (reads as zero blocks): the real
+    /// geometry without writing gigabytes.
+    #[arg(long)]
+    sparse: bool,
+    /// Overwrite an existing output file.
+    #[arg(long)]
+    force: bool,
+    /// Output file.
+    #[arg(short = 'o', long = "output")]
+    output: PathBuf,
+}
+
+pub fn parse_type(s: &str) -> Result<GgmlType, String> {
+    GgmlType::from_name(s).ok_or_else(|| format!("unknown ggml type {s:?}"))
+}
+
+fn parse_rows(s: &str, arch: Arch) -> Result<u64> {
+    if s.eq_ignore_ascii_case("full") {
+        return Ok(match arch {
+            Arch::Qwen4exp => QWEN_FULL_ROWS,
+            Arch::Gemma4 => GEMMA_VOCAB,
+        });
+    }
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&s[..i], 1_000),
+        Some((i, 'm' | 'M')) => (&s[..i], 1_000_000),
+        Some((i, 'g' | 'G')) => (&s[..i], 1_000_000_000),
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .replace('_', "")
+        .parse()
+        .with_context(|| format!("--rows {s:?} is not a number or `full`"))?;
+    n.checked_mul(mult).context("--rows is too large")
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let arch = match a.arch {
+        ArchArg::Qwen4exp => Arch::Qwen4exp,
+        ArchArg::Gemma4 => Arch::Gemma4,
+    };
+    let rows = match &a.rows {
+        Some(s) => parse_rows(s, arch)?,
+        None => match arch {
+            Arch::Qwen4exp => DEFAULT_QWEN_ROWS,
+            Arch::Gemma4 => GEMMA_VOCAB,
+        },
+    };
+    let spec = match arch {
+        Arch::Qwen4exp => SynthSpec::qwen(a.ty.unwrap_or(GgmlType::IQ4_NL), rows, a.seed),
+        Arch::Gemma4 => SynthSpec::gemma(a.ty.unwrap_or(GgmlType::Q5_K), rows, a.layers, a.seed),
+    };
+    let spec = SynthSpec {
+        sparse: a.sparse,
+        ..spec
+    };
+    let table_bytes = spec.table_bytes()?;
+    spec.metadata()?; // validate before creating anything
+    if !a.sparse {
+        check_free_space(&a.output, table_bytes)?;
+    }
+    let (out, file) = AtomicOutput::create(&a.output, a.force)?;
+    let bar = byte_progress(table_bytes, "synth");
+    let sink = spec
+        .write(BufWriter::with_capacity(4 << 20, file), &mut |done| {
+            bar.set_position(done)
+        })
+        .with_context(|| format!("writing {}", a.output.display()))?;
+    bar.finish_and_clear();
+    let file = sink.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    let len = file.metadata()?.len();
+    out.commit()?;
+    println!(
+        "wrote {}: {} {} table, {} rows x {} elements, {} of table data{} ({} file)",
+        a.output.display(),
+        arch.name(),
+        spec.ty,
+        spec.rows,
+        spec.row_elems(),
+        human_bytes(table_bytes),
+        if a.sparse { " left sparse" } else { "" },
+        human_bytes(len),
+    );
+    Ok(())
+}
+
+/// Refuses to start a write that cannot fit on the output's file system.
+fn check_free_space(output: &std::path::Path, need: u64) -> Result<()> {
+    let dir = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if let Some(free) = pleio::sys::free_bytes(&dir) {
+        if free < need {
+            bail!(
+                "{} needs {} but only {} is free on {}; use --sparse or fewer --rows",
+                "the table",
+                human_bytes(need),
+                human_bytes(free),
+                dir.display()
+            );
+        }
+    }
+    Ok(())
+}
