@@ -41,6 +41,23 @@ pub(crate) fn read_f16(b: &[u8], i: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([b[i], b[i + 1]]))
 }
 
+/// Runs `f` on each whole `BB`-byte block of `src` and its `BE` outputs.
+///
+/// The array views let the compiler drop bounds checks inside `f`; the
+/// callers' length contract makes every chunk whole.
+#[inline(always)]
+pub(crate) fn each_block<const BB: usize, const BE: usize>(
+    src: &[u8],
+    dst: &mut [f32],
+    mut f: impl FnMut(&[u8; BB], &mut [f32; BE]),
+) {
+    for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(BE)) {
+        if let (Ok(b), Ok(y)) = (b.try_into(), y.try_into()) {
+            f(b, y);
+        }
+    }
+}
+
 /// Decodes little-endian 16-bit words of `src` into `dst` with `conv`.
 #[inline(always)]
 fn decode_u16(src: &[u8], dst: &mut [f32], conv: impl Fn(u16) -> f32) {
