@@ -446,7 +446,7 @@ mod tests {
 
     #[test]
     fn iq3_s_hand_checked() {
-        // All zero: grid row 0 (all 1) times 1.0 * (2*0 + 1) = 1.0.
+        // All zero: grid row 0 (all 1) times 2.0 * (2*0 + 1) = 2.0.
         let mut b = block(IQ3_S_BYTES, TWO);
         assert!(decode(decode_iq3_s, &b).iter().all(|&v| v == 2.0));
         // Sub-block 3, group 2: indices 0x1fd (509) and 0x10f (271, from the
