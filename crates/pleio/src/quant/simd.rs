@@ -1,6 +1,362 @@
-//! PLACEHOLDER: SIMD kernels chosen at run time.
+//! SIMD row decoders, chosen at run time.
+//!
+//! On x86_64 with AVX2 there are kernels for IQ4_NL, Q4_0, Q5_0, Q8_0, BF16
+//! and Q5_K. Each computes exactly what the scalar reference does: the same
+//! scale conversion (scalar), integer codes converted to f32 exactly, then
+//! separate IEEE multiply and subtract per lane (no fused multiply-add), so
+//! the outputs are bit-identical. Elsewhere [`kernel`] returns `None` and
+//! the scalar decoders are used.
+
 use super::{BlockFn, GgmlType};
 
-pub(super) fn kernel(_ty: GgmlType) -> Option<BlockFn> {
+/// The SIMD kernel for `ty`, if one exists and the running CPU supports it.
+pub(super) fn kernel(ty: GgmlType) -> Option<BlockFn> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return avx2::kernel(ty);
+        }
+    }
+    let _ = ty;
     None
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::super::float::{bf16_to_f32, read_f16};
+    use super::super::kquant::scale_min_k4;
+    use super::super::legacy::{KVALUES_IQ4NL, LEVELS_Q4_0};
+    use super::{BlockFn, GgmlType};
+
+    /// The AVX2 kernel for `ty`. Only call after detecting AVX2: the
+    /// returned safe wrappers rely on it.
+    pub(super) fn kernel(ty: GgmlType) -> Option<BlockFn> {
+        use GgmlType as T;
+        Some(match ty {
+            T::IQ4_NL => iq4_nl,
+            T::Q4_0 => q4_0,
+            T::Q5_0 => q5_0,
+            T::Q8_0 => q8_0,
+            T::BF16 => bf16,
+            T::Q5_K => q5_k,
+            _ => return None,
+        })
+    }
+
+    /// Defines a safe `BlockFn` wrapper around an AVX2 function.
+    macro_rules! wrapper {
+        ($($name:ident => $imp:ident;)*) => {$(
+            fn $name(src: &[u8], dst: &mut [f32]) {
+                // SAFETY: `kernel` hands out this wrapper only after
+                // `is_x86_feature_detected!("avx2")` returned true, so the
+                // CPU supports every instruction `$imp` is compiled with.
+                unsafe { $imp(src, dst) }
+            }
+        )*};
+    }
+
+    wrapper! {
+        iq4_nl => iq4_nl_avx2;
+        q4_0 => q4_0_avx2;
+        q5_0 => q5_0_avx2;
+        q8_0 => q8_0_avx2;
+        bf16 => bf16_avx2;
+        q5_k => q5_k_avx2;
+    }
+
+    /// The 16 bytes at `b[at..at + 16]`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn load16(b: &[u8], at: usize) -> __m128i {
+        let s = &b[at..at + 16];
+        // SAFETY: `s` is exactly 16 readable bytes; the load is unaligned.
+        unsafe { _mm_loadu_si128(s.as_ptr().cast()) }
+    }
+
+    /// The 32 bytes at `b[at..at + 32]`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn load32(b: &[u8], at: usize) -> __m256i {
+        let s = &b[at..at + 32];
+        // SAFETY: `s` is exactly 32 readable bytes; the load is unaligned.
+        unsafe { _mm256_loadu_si256(s.as_ptr().cast()) }
+    }
+
+    /// Stores 8 floats to `y[at..at + 8]`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn store8(y: &mut [f32], at: usize, v: __m256) {
+        let s = &mut y[at..at + 8];
+        // SAFETY: `s` is exactly 8 writable floats; the store is unaligned.
+        unsafe { _mm256_storeu_ps(s.as_mut_ptr(), v) }
+    }
+
+    /// `y[at..at + 16] = v[i] as f32 * d` for the 16 signed bytes of `v`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn store_i8x16(y: &mut [f32], at: usize, v: __m128i, d: __m256) {
+        let a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+        let b = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(v)));
+        store8(y, at, _mm256_mul_ps(a, d));
+        store8(y, at + 8, _mm256_mul_ps(b, d));
+    }
+
+    /// `y[at..at + 32] = v[i] as f32 * d - m` for the 32 unsigned bytes of `v`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn store_u8x32_dm(y: &mut [f32], at: usize, v: __m256i, d: __m256, m: __m256) {
+        let halves = [_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v)];
+        for (h, half) in halves.into_iter().enumerate() {
+            for (k, part) in [half, _mm_srli_si128::<8>(half)].into_iter().enumerate() {
+                let f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part));
+                store8(
+                    y,
+                    at + 16 * h + 8 * k,
+                    _mm256_sub_ps(_mm256_mul_ps(f, d), m),
+                );
+            }
+        }
+    }
+
+    /// Low and high nibbles of the 16 bytes `q`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn nibbles(q: __m128i) -> (__m128i, __m128i) {
+        let m4 = _mm_set1_epi8(0x0f);
+        (
+            _mm_and_si128(q, m4),
+            _mm_and_si128(_mm_srli_epi16::<4>(q), m4),
+        )
+    }
+
+    /// Shared body of the `{ d: f16, qs[16] }` nibble-table formats.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn nibble_table(src: &[u8], dst: &mut [f32], table: &[i8; 16]) {
+        let mut t = [0u8; 16];
+        for (t, &v) in t.iter_mut().zip(table) {
+            *t = v as u8;
+        }
+        let table = load16(&t, 0);
+        for (b, y) in src.chunks_exact(18).zip(dst.chunks_exact_mut(32)) {
+            let d = _mm256_set1_ps(read_f16(b, 0));
+            let (lo, hi) = nibbles(load16(b, 2));
+            store_i8x16(y, 0, _mm_shuffle_epi8(table, lo), d);
+            store_i8x16(y, 16, _mm_shuffle_epi8(table, hi), d);
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn iq4_nl_avx2(src: &[u8], dst: &mut [f32]) {
+        nibble_table(src, dst, &KVALUES_IQ4NL);
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn q4_0_avx2(src: &[u8], dst: &mut [f32]) {
+        nibble_table(src, dst, &LEVELS_Q4_0);
+    }
+
+    /// 16 bytes, byte `j` = 0x10 if bit `j` of `bits` is set, else 0.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn bits_to_0x10(bits: u16) -> __m128i {
+        let v = _mm_set1_epi16(bits as i16);
+        let spread = _mm_shuffle_epi8(v, _mm_set_epi64x(0x0101_0101_0101_0101, 0));
+        let sel = _mm_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let set = _mm_cmpeq_epi8(_mm_and_si128(spread, sel), sel);
+        _mm_and_si128(set, _mm_set1_epi8(0x10))
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn q5_0_avx2(src: &[u8], dst: &mut [f32]) {
+        let sixteen = _mm_set1_epi8(16);
+        for (b, y) in src.chunks_exact(22).zip(dst.chunks_exact_mut(32)) {
+            let d = _mm256_set1_ps(read_f16(b, 0));
+            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            let (lo, hi) = nibbles(load16(b, 6));
+            let lo = _mm_or_si128(lo, bits_to_0x10(qh as u16));
+            let hi = _mm_or_si128(hi, bits_to_0x10((qh >> 16) as u16));
+            store_i8x16(y, 0, _mm_sub_epi8(lo, sixteen), d);
+            store_i8x16(y, 16, _mm_sub_epi8(hi, sixteen), d);
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn q8_0_avx2(src: &[u8], dst: &mut [f32]) {
+        for (b, y) in src.chunks_exact(34).zip(dst.chunks_exact_mut(32)) {
+            let d = _mm256_set1_ps(read_f16(b, 0));
+            store_i8x16(y, 0, load16(b, 2), d);
+            store_i8x16(y, 16, load16(b, 18), d);
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn bf16_avx2(src: &[u8], dst: &mut [f32]) {
+        let mut s = src.chunks_exact(16);
+        let mut y = dst.chunks_exact_mut(8);
+        for (b, y) in (&mut s).zip(&mut y) {
+            let w = _mm256_cvtepu16_epi32(load16(b, 0));
+            store8(y, 0, _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w)));
+        }
+        let tail = s.remainder().chunks_exact(2);
+        for (y, b) in y.into_remainder().iter_mut().zip(tail) {
+            *y = bf16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn q5_k_avx2(src: &[u8], dst: &mut [f32]) {
+        let (m4, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
+        for (b, y) in src.chunks_exact(176).zip(dst.chunks_exact_mut(256)) {
+            let (d, min) = (read_f16(b, 0), read_f16(b, 2));
+            let (sc, mn) = scale_min_k4(&b[4..16]);
+            let qh = load32(b, 16);
+            for p in 0..4 {
+                let ql = load32(b, 48 + 32 * p);
+                let codes = [
+                    _mm256_and_si256(ql, m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql), m4),
+                ];
+                for (k, code) in codes.into_iter().enumerate() {
+                    let s = 2 * p + k;
+                    // Bit s of each qh byte, moved to bit 4. The 16-bit
+                    // shift brings in neighbour bits above bit 0 only.
+                    let h =
+                        _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(s as i32)), one);
+                    let code = _mm256_or_si256(code, _mm256_slli_epi16::<4>(h));
+                    let dl = _mm256_set1_ps(d * f32::from(sc[s]));
+                    let ml = _mm256_set1_ps(min * f32::from(mn[s]));
+                    store_u8x32_dm(y, 32 * s, code, dl, ml);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::scalar_kernel;
+    use super::*;
+
+    /// xorshift64*: test data only.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn bytes(&mut self, n: usize) -> Vec<u8> {
+            (0..n).map(|_| (self.next() >> 56) as u8).collect()
+        }
+    }
+
+    /// Random blocks of `ty` where block `i` has every f16 scale field at
+    /// `f16_at` set to `i` (so 65536 blocks cover every scale bit pattern,
+    /// subnormals, infinities and NaNs included), decoded both ways.
+    fn check(ty: GgmlType, f16_at: &[usize], blocks: usize) {
+        let Some(simd) = kernel(ty) else {
+            eprintln!("no SIMD kernel for {ty} on this CPU; nothing to compare");
+            return;
+        };
+        let scalar = scalar_kernel(ty).expect("decodable");
+        let (bb, be) = (ty.block_bytes(), ty.block_elems());
+        let mut src = Rng(0x9e37_79b9_7f4a_7c15 ^ u64::from(ty.id())).bytes(blocks * bb);
+        for (i, b) in src.chunks_exact_mut(bb).enumerate() {
+            for (k, &at) in f16_at.iter().enumerate() {
+                // A second scale walks the patterns in another order.
+                let h = (i as u16).rotate_left(5 * k as u32);
+                b[at..at + 2].copy_from_slice(&h.to_le_bytes());
+            }
+        }
+        // Also odd lengths and offsets: every prefix count of blocks up to 3.
+        let n = blocks * be;
+        let (mut a, mut b) = (vec![0f32; n], vec![1f32; n]);
+        scalar(&src, &mut a);
+        simd(&src, &mut b);
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(
+                x.to_bits(),
+                y.to_bits(),
+                "{ty}: element {i} scalar {x} simd {y}"
+            );
+        }
+        for k in 0..=3.min(blocks) {
+            let (mut a, mut b) = (vec![0f32; k * be], vec![1f32; k * be]);
+            scalar(&src[bb..bb + k * bb], &mut a);
+            simd(&src[bb..bb + k * bb], &mut b);
+            assert_eq!(
+                a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                b.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn iq4_nl_matches_scalar() {
+        check(GgmlType::IQ4_NL, &[0], 65536);
+    }
+
+    #[test]
+    fn q4_0_matches_scalar() {
+        check(GgmlType::Q4_0, &[0], 65536);
+    }
+
+    #[test]
+    fn q5_0_matches_scalar() {
+        check(GgmlType::Q5_0, &[0], 65536);
+    }
+
+    #[test]
+    fn q8_0_matches_scalar() {
+        check(GgmlType::Q8_0, &[0], 65536);
+    }
+
+    #[test]
+    fn q5_k_matches_scalar() {
+        check(GgmlType::Q5_K, &[0, 2], 65536);
+    }
+
+    #[test]
+    fn bf16_matches_scalar() {
+        // Every bf16 bit pattern, then lengths that leave a scalar tail.
+        let all: Vec<u8> = (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect();
+        for len in [65536, 65535, 7, 1, 0] {
+            check_bf16(&all[..2 * len]);
+        }
+    }
+
+    fn check_bf16(src: &[u8]) {
+        let Some(simd) = kernel(GgmlType::BF16) else {
+            return;
+        };
+        let scalar = scalar_kernel(GgmlType::BF16).expect("decodable");
+        let n = src.len() / 2;
+        let (mut a, mut b) = (vec![0f32; n], vec![1f32; n]);
+        scalar(src, &mut a);
+        simd(src, &mut b);
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+    }
+
+    #[test]
+    fn kernels_exist_where_avx2_does() {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            for t in [
+                GgmlType::IQ4_NL,
+                GgmlType::Q4_0,
+                GgmlType::Q5_0,
+                GgmlType::Q8_0,
+                GgmlType::BF16,
+                GgmlType::Q5_K,
+            ] {
+                assert!(kernel(t).is_some(), "{t}");
+            }
+        }
+        assert!(kernel(GgmlType::Q6_K).is_none());
+        assert!(kernel(GgmlType::F32).is_none());
+    }
 }
