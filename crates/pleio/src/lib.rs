@@ -11,3 +11,4 @@ pub mod map;
 pub mod gguf;
 pub mod synth;
 pub mod table;
+pub mod model;
