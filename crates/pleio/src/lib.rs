@@ -12,3 +12,5 @@ pub mod gguf;
 pub mod synth;
 pub mod table;
 pub mod model;
+pub mod ngram;
+pub mod tokenizer;

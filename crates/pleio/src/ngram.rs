@@ -1,0 +1,583 @@
+//! Row mappers: from token ids to the row ids of a PLE table.
+//!
+//! - `qwen4exp`: every token needs `n_heads` rows (16 in the released model),
+//!   hashed from the token and its `ngram_size - 1` predecessors
+//!   ([`QwenNgramParams`], [`QwenHistory`], [`QwenSequence`]).
+//! - `gemma4`: the token id is the row id ([`Gemma4Rows`]).
+//!
+//! Both implement [`RowMapper`]. Row ids are token-major: the rows of token
+//! `i` are `out[i * rows_per_token .. (i + 1) * rows_per_token]`.
+//!
+//! # The qwen4exp hash
+//!
+//! The context of token `p` is `ctx[0] = tok[p]` (even when it is the reset
+//! token EOS), then for `s = 1 .. N-1` the predecessor `tok[p - s]`, until a
+//! predecessor is missing (sequence start) or is EOS: that slot and all later
+//! ones are EOS. For `n = 2 ..= N` the mix is
+//! `ctx[0]*m[0] ^ ctx[1]*m[1] ^ .. ^ ctx[n-1]*m[n-1]` (u64, wrapping multiply)
+//! and head `h = (n-2) * heads_per_ngram + g` takes row
+//! `mix % size[h] + offset[h]`.
+//!
+//! # Image positions
+//!
+//! Token ids equal to `ple.image_token_id` are hashed like any other token.
+//! The id matters only for positions that arrive as embeddings without token
+//! ids (an image batch): the qwen4exp reference hashes those positions with
+//! `ple.image_token_id` standing in for the missing id, or with the EOS id
+//! when the file carries no image token id. [`QwenHistory::map_embeddings`]
+//! implements that rule.
+
+use std::fmt;
+
+/// Largest supported `ple.ngram_size`.
+pub const MAX_NGRAM: usize = 8;
+/// Largest supported number of heads, `(ngram_size - 1) * heads_per_ngram`.
+pub const MAX_HEADS: usize = 64;
+
+/// Metadata key suffixes (after `qwen4exp.`) of the n-gram hash parameters.
+pub mod keys {
+    /// `u32`: n-gram order N (3 in the released model).
+    pub const NGRAM_SIZE: &str = "ple.ngram_size";
+    /// `u32`: heads per n-gram order (8).
+    pub const HEADS_PER_NGRAM: &str = "ple.heads_per_ngram";
+    /// `u32`: the n-gram reset token (248044, `<|endoftext|>`).
+    pub const EOS_TOKEN_ID: &str = "ple.eos_token_id";
+    /// `u32`, optional: stand-in id for embedding-only (image) positions.
+    pub const IMAGE_TOKEN_ID: &str = "ple.image_token_id";
+    /// `u64` array: one hash multiplier per context slot (>= N entries).
+    pub const LAYER_MULTIPLIERS: &str = "ple.layer_multipliers";
+    /// `u64` array: rows owned by each head (`n_heads` entries).
+    pub const HEAD_VOCAB_SIZES: &str = "ple.head_vocab_sizes";
+    /// `u64` array: first row of each head (`n_heads` entries).
+    pub const HEAD_OFFSETS: &str = "ple.head_offsets";
+}
+
+/// Errors from building a row mapper or mapping tokens to rows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NgramError {
+    /// `ple.ngram_size` is outside `2..=8`.
+    #[error("qwen4exp.{key} = {value}: must be in 2..={MAX_NGRAM}", key = keys::NGRAM_SIZE)]
+    NgramSize {
+        /// The value found.
+        value: u32,
+    },
+    /// `(ngram_size - 1) * heads_per_ngram` is zero or above 64.
+    #[error(
+        "qwen4exp.{key} = {heads_per_ngram}: (ngram_size - 1) * heads_per_ngram = {n_heads} must be in 1..={MAX_HEADS}",
+        key = keys::HEADS_PER_NGRAM
+    )]
+    HeadCount {
+        /// The value found.
+        heads_per_ngram: u32,
+        /// The resulting number of heads.
+        n_heads: u64,
+    },
+    /// An array has the wrong number of entries.
+    #[error("qwen4exp.{key} has {len} entries, needs {expected}")]
+    ArrayLength {
+        /// Metadata key suffix of the array.
+        key: &'static str,
+        /// Entries found.
+        len: usize,
+        /// What is needed, e.g. "at least 3" or "exactly 16".
+        expected: String,
+    },
+    /// A head owns zero rows.
+    #[error("qwen4exp.{key}[{head}] = 0: every head needs at least one row", key = keys::HEAD_VOCAB_SIZES)]
+    ZeroHeadSize {
+        /// The head.
+        head: usize,
+    },
+    /// A head's row range does not fit in the table.
+    #[error(
+        "qwen4exp head {head}: rows [{offset}, {offset} + {size}) ({off_key}[{head}], {size_key}[{head}]) exceed the table's {n_rows} rows",
+        off_key = keys::HEAD_OFFSETS,
+        size_key = keys::HEAD_VOCAB_SIZES
+    )]
+    HeadOutOfTable {
+        /// The head.
+        head: usize,
+        /// Its first row.
+        offset: u64,
+        /// Its row count.
+        size: u64,
+        /// Rows in the table tensor.
+        n_rows: u64,
+    },
+    /// A gemma4 token id is not a row of the table.
+    #[error("token {token} is outside the gemma4 table of {n_rows} rows")]
+    TokenOutOfTable {
+        /// The token id.
+        token: u32,
+        /// Rows in the table tensor.
+        n_rows: u64,
+    },
+    /// The output slice does not have room for the batch's row ids.
+    #[error("output holds {len} row ids, the batch needs {needed}")]
+    OutputLength {
+        /// Length of the slice given.
+        len: usize,
+        /// Row ids the batch produces.
+        needed: usize,
+    },
+}
+
+/// Maps one sequence's tokens, batch by batch, to row ids.
+pub trait RowMapper {
+    /// Row ids produced per token.
+    fn rows_per_token(&self) -> usize;
+
+    /// Writes the row ids of `tokens` into `out`, token-major; `out.len()`
+    /// must equal `tokens.len() * rows_per_token()`. State carried across
+    /// batches (if any) advances only on success.
+    fn map_into(&mut self, tokens: &[u32], out: &mut [u64]) -> Result<(), NgramError>;
+
+    /// Appends the row ids of `tokens` to `out`, token-major. Allocates only
+    /// when `out` lacks capacity. On error `out` is left as it was.
+    fn map_tokens(&mut self, tokens: &[u32], out: &mut Vec<u64>) -> Result<(), NgramError> {
+        let start = out.len();
+        let needed = tokens.len().saturating_mul(self.rows_per_token());
+        out.resize(start.saturating_add(needed), 0);
+        let res = self.map_into(tokens, &mut out[start..]);
+        if res.is_err() {
+            out.truncate(start);
+        }
+        res
+    }
+}
+
+/// Validated qwen4exp n-gram hash parameters, shared by all sequences of one
+/// model.
+#[derive(Clone, PartialEq, Eq)]
+pub struct QwenNgramParams {
+    ngram_size: usize,
+    heads_per_ngram: usize,
+    n_heads: usize,
+    eos: u32,
+    image: Option<u32>,
+    multipliers: [u64; MAX_NGRAM],
+    sizes: [u64; MAX_HEADS],
+    offsets: [u64; MAX_HEADS],
+}
+
+impl fmt::Debug for QwenNgramParams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QwenNgramParams")
+            .field("ngram_size", &self.ngram_size)
+            .field("heads_per_ngram", &self.heads_per_ngram)
+            .field("eos", &self.eos)
+            .field("image", &self.image)
+            .field("multipliers", &self.multipliers())
+            .field("head_vocab_sizes", &self.head_vocab_sizes())
+            .field("head_offsets", &self.head_offsets())
+            .finish()
+    }
+}
+
+/// Released qwen4exp (Qwen3.8-Flash-Next) constants.
+mod released {
+    pub const NGRAM_SIZE: u32 = 3;
+    pub const HEADS_PER_NGRAM: u32 = 8;
+    pub const EOS: u32 = 248_044;
+    pub const IMAGE: u32 = 248_056;
+    pub const MULTIPLIERS: [u64; 3] = [23_703_573_157_769, 20_109_073_645_365, 8_052_911_324_071];
+    pub const SIZES: [u64; 16] = [
+        20_000_003, 20_000_023, 20_000_033, 20_000_047, 20_000_059, 20_000_063, 20_000_069,
+        20_000_077, 20_000_081, 20_000_093, 20_000_107, 20_000_147, 20_000_153, 20_000_159,
+        20_000_161, 20_000_171,
+    ];
+    /// Rows of `per_layer_token_embd.weight` (sizes summed, padded to 128).
+    pub const N_ROWS: u64 = 320_001_536;
+}
+
+impl QwenNgramParams {
+    /// Validates the parameters against a table of `n_rows` rows.
+    ///
+    /// `multipliers` needs at least `ngram_size` entries (extra ones are
+    /// ignored), `sizes` and `offsets` exactly `n_heads`; every head's rows
+    /// `[offset, offset + size)` must lie inside the table.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        ngram_size: u32,
+        heads_per_ngram: u32,
+        eos_token_id: u32,
+        image_token_id: Option<u32>,
+        multipliers: Vec<u64>,
+        head_vocab_sizes: Vec<u64>,
+        head_offsets: Vec<u64>,
+        n_rows: u64,
+    ) -> Result<Self, NgramError> {
+        if !(2..=MAX_NGRAM as u32).contains(&ngram_size) {
+            return Err(NgramError::NgramSize { value: ngram_size });
+        }
+        let n_heads = u64::from(ngram_size - 1) * u64::from(heads_per_ngram);
+        if n_heads == 0 || n_heads > MAX_HEADS as u64 {
+            return Err(NgramError::HeadCount {
+                heads_per_ngram,
+                n_heads,
+            });
+        }
+        let (n, h) = (ngram_size as usize, n_heads as usize);
+        if multipliers.len() < n {
+            return Err(NgramError::ArrayLength {
+                key: keys::LAYER_MULTIPLIERS,
+                len: multipliers.len(),
+                expected: format!("at least {n} (ngram_size)"),
+            });
+        }
+        for (key, arr) in [
+            (keys::HEAD_VOCAB_SIZES, &head_vocab_sizes),
+            (keys::HEAD_OFFSETS, &head_offsets),
+        ] {
+            if arr.len() != h {
+                return Err(NgramError::ArrayLength {
+                    key,
+                    len: arr.len(),
+                    expected: format!("exactly {h} (n_heads)"),
+                });
+            }
+        }
+        for (head, (&size, &offset)) in head_vocab_sizes.iter().zip(&head_offsets).enumerate() {
+            if size == 0 {
+                return Err(NgramError::ZeroHeadSize { head });
+            }
+            if offset.checked_add(size).is_none_or(|end| end > n_rows) {
+                return Err(NgramError::HeadOutOfTable {
+                    head,
+                    offset,
+                    size,
+                    n_rows,
+                });
+            }
+        }
+        let mut params = Self {
+            ngram_size: n,
+            heads_per_ngram: heads_per_ngram as usize,
+            n_heads: h,
+            eos: eos_token_id,
+            image: image_token_id,
+            multipliers: [0; MAX_NGRAM],
+            sizes: [0; MAX_HEADS],
+            offsets: [0; MAX_HEADS],
+        };
+        params.multipliers[..n].copy_from_slice(&multipliers[..n]);
+        params.sizes[..h].copy_from_slice(&head_vocab_sizes);
+        params.offsets[..h].copy_from_slice(&head_offsets);
+        Ok(params)
+    }
+
+    /// The constants of the released model (Qwen3.8-Flash-Next), against its
+    /// table of 320001536 rows.
+    pub fn released() -> Self {
+        let offsets = released::SIZES
+            .iter()
+            .scan(0u64, |acc, &s| {
+                let off = *acc;
+                *acc += s;
+                Some(off)
+            })
+            .collect();
+        Self::new(
+            released::NGRAM_SIZE,
+            released::HEADS_PER_NGRAM,
+            released::EOS,
+            Some(released::IMAGE),
+            released::MULTIPLIERS.to_vec(),
+            released::SIZES.to_vec(),
+            offsets,
+            released::N_ROWS,
+        )
+        .expect("released qwen4exp constants are valid")
+    }
+
+    /// N-gram order N.
+    pub fn ngram_size(&self) -> usize {
+        self.ngram_size
+    }
+
+    /// Heads per n-gram order.
+    pub fn heads_per_ngram(&self) -> usize {
+        self.heads_per_ngram
+    }
+
+    /// Rows per token, `(N - 1) * heads_per_ngram`.
+    pub fn n_heads(&self) -> usize {
+        self.n_heads
+    }
+
+    /// The n-gram reset token.
+    pub fn eos_token_id(&self) -> u32 {
+        self.eos
+    }
+
+    /// The image token id, if the file carries one.
+    pub fn image_token_id(&self) -> Option<u32> {
+        self.image
+    }
+
+    /// The id hashed at positions that have no token id (image embeddings):
+    /// the image token id if present, else EOS.
+    pub fn stand_in_token(&self) -> u32 {
+        self.image.unwrap_or(self.eos)
+    }
+
+    /// The hash multipliers used (the first N).
+    pub fn multipliers(&self) -> &[u64] {
+        &self.multipliers[..self.ngram_size]
+    }
+
+    /// Rows owned by each head.
+    pub fn head_vocab_sizes(&self) -> &[u64] {
+        &self.sizes[..self.n_heads]
+    }
+
+    /// First row of each head.
+    pub fn head_offsets(&self) -> &[u64] {
+        &self.offsets[..self.n_heads]
+    }
+
+    /// A fresh sequence's history (every predecessor slot is EOS).
+    pub fn new_history(&self) -> QwenHistory {
+        QwenHistory {
+            prev: [u64::from(self.eos); MAX_NGRAM - 1],
+        }
+    }
+
+    /// A fresh sequence bound to these parameters.
+    pub fn sequence(&self) -> QwenSequence<'_> {
+        QwenSequence {
+            params: self,
+            history: self.new_history(),
+        }
+    }
+
+    /// Row ids of one position whose context slots 1.. are `prev`.
+    #[inline(always)]
+    fn rows_of(&self, tok: u64, prev: &[u64; MAX_NGRAM - 1], out: &mut [u64]) {
+        let hp = self.heads_per_ngram;
+        let mut mixed = tok.wrapping_mul(self.multipliers[0]);
+        for (j, chunk) in out.chunks_exact_mut(hp).enumerate() {
+            mixed ^= prev[j].wrapping_mul(self.multipliers[j + 1]);
+            let base = j * hp;
+            let sizes = &self.sizes[base..base + hp];
+            let offsets = &self.offsets[base..base + hp];
+            for ((o, &size), &off) in chunk.iter_mut().zip(sizes).zip(offsets) {
+                *o = mixed % size + off;
+            }
+        }
+    }
+
+    /// Maps `tokens` (or, with `tokens = None`, `count` embedding positions)
+    /// into `out`, advancing `hist`.
+    fn map_positions(
+        &self,
+        hist: &mut QwenHistory,
+        tokens: Option<&[u32]>,
+        count: usize,
+        out: &mut [u64],
+    ) -> Result<(), NgramError> {
+        let needed = count.saturating_mul(self.n_heads);
+        if out.len() != needed {
+            return Err(NgramError::OutputLength {
+                len: out.len(),
+                needed,
+            });
+        }
+        let eos = u64::from(self.eos);
+        let stand_in = self.stand_in_token();
+        let mut prev = hist.prev;
+        for (i, rows) in out.chunks_exact_mut(self.n_heads).enumerate() {
+            let tok = u64::from(tokens.map_or(stand_in, |t| t[i]));
+            self.rows_of(tok, &prev, rows);
+            prev = next_prev(&prev, tok, eos);
+        }
+        hist.prev = prev;
+        Ok(())
+    }
+}
+
+/// The predecessor slots of the position after one holding `tok`.
+#[inline(always)]
+fn next_prev(prev: &[u64; MAX_NGRAM - 1], tok: u64, eos: u64) -> [u64; MAX_NGRAM - 1] {
+    if tok == eos {
+        [eos; MAX_NGRAM - 1]
+    } else {
+        let mut next = [tok; MAX_NGRAM - 1];
+        next[1..].copy_from_slice(&prev[..MAX_NGRAM - 2]);
+        next
+    }
+}
+
+/// Cross-batch state of one qwen4exp sequence: the effective context of the
+/// next position (the last N-1 tokens, with EOS filled in after a reset).
+///
+/// Small and `Copy`; keep one per sequence and pass it with the model's
+/// [`QwenNgramParams`]. Create it with [`QwenNgramParams::new_history`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QwenHistory {
+    /// `prev[s - 1]` is context slot `s` of the next position.
+    prev: [u64; MAX_NGRAM - 1],
+}
+
+impl QwenHistory {
+    /// Writes the row ids of `tokens` into `out` (`tokens.len() * n_heads`
+    /// long, token-major) and advances the history.
+    pub fn map_into(
+        &mut self,
+        params: &QwenNgramParams,
+        tokens: &[u32],
+        out: &mut [u64],
+    ) -> Result<(), NgramError> {
+        params.map_positions(self, Some(tokens), tokens.len(), out)
+    }
+
+    /// Writes the row ids of `count` positions that arrive as embeddings
+    /// without token ids (an image batch): each is hashed as
+    /// [`QwenNgramParams::stand_in_token`].
+    pub fn map_embeddings(
+        &mut self,
+        params: &QwenNgramParams,
+        count: usize,
+        out: &mut [u64],
+    ) -> Result<(), NgramError> {
+        params.map_positions(self, None, count, out)
+    }
+
+    /// Advances the history over `tokens` without producing row ids (e.g. to
+    /// resume a sequence whose earlier tokens were mapped elsewhere).
+    pub fn advance(&mut self, params: &QwenNgramParams, tokens: &[u32]) {
+        let eos = u64::from(params.eos);
+        for &t in tokens {
+            self.prev = next_prev(&self.prev, u64::from(t), eos);
+        }
+    }
+
+    /// Context slots `1..N` of the next position.
+    pub fn context(&self, params: &QwenNgramParams) -> Vec<u64> {
+        self.prev[..params.ngram_size - 1].to_vec()
+    }
+}
+
+/// One qwen4exp sequence: parameters plus its [`QwenHistory`].
+#[derive(Debug, Clone)]
+pub struct QwenSequence<'p> {
+    params: &'p QwenNgramParams,
+    history: QwenHistory,
+}
+
+impl<'p> QwenSequence<'p> {
+    /// The parameters this sequence hashes with.
+    pub fn params(&self) -> &'p QwenNgramParams {
+        self.params
+    }
+
+    /// The carried history.
+    pub fn history(&self) -> &QwenHistory {
+        &self.history
+    }
+
+    /// Forgets all predecessors: the next token starts a fresh sequence.
+    pub fn reset(&mut self) {
+        self.history = self.params.new_history();
+    }
+
+    /// Appends the row ids of `count` embedding-only (image) positions; see
+    /// [`QwenHistory::map_embeddings`].
+    pub fn map_embeddings(&mut self, count: usize, out: &mut Vec<u64>) -> Result<(), NgramError> {
+        let start = out.len();
+        out.resize(start + count.saturating_mul(self.params.n_heads), 0);
+        let res = self
+            .history
+            .map_embeddings(self.params, count, &mut out[start..]);
+        if res.is_err() {
+            out.truncate(start);
+        }
+        res
+    }
+}
+
+impl RowMapper for QwenSequence<'_> {
+    fn rows_per_token(&self) -> usize {
+        self.params.n_heads
+    }
+
+    fn map_into(&mut self, tokens: &[u32], out: &mut [u64]) -> Result<(), NgramError> {
+        self.history.map_into(self.params, tokens, out)
+    }
+}
+
+/// gemma4: the row of token `t` is `t`, checked against the table's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gemma4Rows {
+    n_rows: u64,
+}
+
+impl Gemma4Rows {
+    /// A mapper for a table of `n_rows` rows (262144 in the released models).
+    pub fn new(n_rows: u64) -> Self {
+        Self { n_rows }
+    }
+
+    /// Rows in the table.
+    pub fn n_rows(&self) -> u64 {
+        self.n_rows
+    }
+}
+
+impl RowMapper for Gemma4Rows {
+    fn rows_per_token(&self) -> usize {
+        1
+    }
+
+    fn map_into(&mut self, tokens: &[u32], out: &mut [u64]) -> Result<(), NgramError> {
+        if out.len() != tokens.len() {
+            return Err(NgramError::OutputLength {
+                len: out.len(),
+                needed: tokens.len(),
+            });
+        }
+        for (o, &t) in out.iter_mut().zip(tokens) {
+            if u64::from(t) >= self.n_rows {
+                return Err(NgramError::TokenOutOfTable {
+                    token: t,
+                    n_rows: self.n_rows,
+                });
+            }
+            *o = u64::from(t);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_shifts_and_resets() {
+        let p = QwenNgramParams::released();
+        let eos = u64::from(p.eos_token_id());
+        let mut h = p.new_history();
+        assert_eq!(h.context(&p), vec![eos, eos]);
+        h.advance(&p, &[5]);
+        assert_eq!(h.context(&p), vec![5, eos]);
+        h.advance(&p, &[6]);
+        assert_eq!(h.context(&p), vec![6, 5]);
+        h.advance(&p, &[p.eos_token_id()]);
+        assert_eq!(h.context(&p), vec![eos, eos]);
+    }
+
+    #[test]
+    fn embeddings_hash_as_stand_in() {
+        let p = QwenNgramParams::released();
+        assert_eq!(p.stand_in_token(), 248_056);
+        let (mut a, mut b) = (p.sequence(), p.sequence());
+        let (mut ra, mut rb) = (Vec::new(), Vec::new());
+        a.map_tokens(&[7, 248_056, 248_056, 9], &mut ra).unwrap();
+        b.map_tokens(&[7], &mut rb).unwrap();
+        b.map_embeddings(2, &mut rb).unwrap();
+        b.map_tokens(&[9], &mut rb).unwrap();
+        assert_eq!(ra, rb);
+    }
+}
