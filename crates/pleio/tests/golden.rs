@@ -285,7 +285,8 @@ fn crosscheck_live() {
             let _ = writeln!(
                 report,
                 "{:8} FAIL: only {} random blocks (< {min_blocks})",
-                e.ty, e.n_random
+                e.ty.name(),
+                e.n_random
             );
             continue;
         }
@@ -295,12 +296,19 @@ fn crosscheck_live() {
                 let _ = writeln!(
                     report,
                     "{:8} OK: {n} blocks compared ({} random, {} edge)",
-                    e.ty, e.n_random, e.n_edge
+                    e.ty.name(),
+                    e.n_random,
+                    e.n_edge
                 );
             }
             Err(m) => {
                 failed.push(e.ty.name());
-                let _ = writeln!(report, "{:8} FAIL:\n  {}", e.ty, m.replace('\n', "\n  "));
+                let _ = writeln!(
+                    report,
+                    "{:8} FAIL:\n  {}",
+                    e.ty.name(),
+                    m.replace('\n', "\n  ")
+                );
             }
         }
     }
