@@ -6,11 +6,13 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-pub mod quant;
-pub mod map;
+pub mod fetch;
 pub mod gguf;
-pub mod synth;
-pub mod table;
+pub mod map;
 pub mod model;
 pub mod ngram;
+pub mod quant;
+pub mod synth;
+pub mod sys;
+pub mod table;
 pub mod tokenizer;
