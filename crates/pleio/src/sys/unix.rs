@@ -29,5 +29,8 @@ pub(super) fn free_bytes(path: &Path) -> Option<u64> {
     }
     // SAFETY: statvfs returned 0, so `st` is initialized.
     let st = unsafe { st.assume_init() };
-    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    // The field types vary by platform (u32 on some 32-bit targets).
+    #[allow(clippy::unnecessary_cast)]
+    let (avail, frsize) = (st.f_bavail as u64, st.f_frsize as u64);
+    Some(avail.saturating_mul(frsize))
 }
