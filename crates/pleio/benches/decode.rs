@@ -70,8 +70,11 @@ fn decoders() -> Vec<(String, GgmlType, RowDecoder)> {
             ty,
             GgmlType::IQ4_NL
                 | GgmlType::Q4_0
+                | GgmlType::Q4_1
                 | GgmlType::Q5_0
+                | GgmlType::Q5_1
                 | GgmlType::Q8_0
+                | GgmlType::MXFP4
                 | GgmlType::BF16
                 | GgmlType::Q5_K
         );

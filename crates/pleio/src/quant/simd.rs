@@ -1,7 +1,7 @@
 //! SIMD row decoders, chosen at run time.
 //!
-//! On x86_64 with AVX2 there are kernels for IQ4_NL, Q4_0, Q5_0, Q8_0, BF16
-//! and Q5_K. Each computes exactly what the scalar reference does: the same
+//! On x86_64 with AVX2 there are kernels for IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1,
+//! Q8_0, MXFP4, BF16 and Q5_K. Each computes exactly what the scalar reference does: the same
 //! scale conversion (scalar), integer codes converted to f32 exactly, then
 //! separate IEEE multiply and subtract per lane (no fused multiply-add), so
 //! the outputs are bit-identical. Elsewhere [`kernel`] returns `None` and
@@ -26,6 +26,7 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::super::float::{bf16_to_f32, read_f16};
+    use super::super::fp4::{e8m0_to_f32_half, KVALUES_MXFP4};
     use super::super::kquant::scale_min_k4;
     use super::super::legacy::{KVALUES_IQ4NL, LEVELS_Q4_0};
     use super::{BlockFn, GgmlType};
@@ -37,7 +38,10 @@ mod avx2 {
         Some(match ty {
             T::IQ4_NL => iq4_nl,
             T::Q4_0 => q4_0,
+            T::Q4_1 => q4_1,
             T::Q5_0 => q5_0,
+            T::Q5_1 => q5_1,
+            T::MXFP4 => mxfp4,
             T::Q8_0 => q8_0,
             T::BF16 => bf16,
             T::Q5_K => q5_k,
@@ -60,7 +64,10 @@ mod avx2 {
     wrapper! {
         iq4_nl => iq4_nl_avx2;
         q4_0 => q4_0_avx2;
+        q4_1 => q4_1_avx2;
         q5_0 => q5_0_avx2;
+        q5_1 => q5_1_avx2;
+        mxfp4 => mxfp4_avx2;
         q8_0 => q8_0_avx2;
         bf16 => bf16_avx2;
         q5_k => q5_k_avx2;
@@ -103,19 +110,21 @@ mod avx2 {
         store8(y, at + 8, _mm256_mul_ps(b, d));
     }
 
-    /// `y[at..at + 32] = v[i] as f32 * d - m` for the 32 unsigned bytes of `v`.
+    /// `y[at..at + 32] = v[i] as f32 * d - m` (or `+ m` when `ADD`) for the
+    /// 32 unsigned bytes of `v`: a rounded product, then a rounded sum.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn store_u8x32_dm(y: &mut [f32], at: usize, v: __m256i, d: __m256, m: __m256) {
+    fn store_u8x32<const ADD: bool>(y: &mut [f32], at: usize, v: __m256i, d: __m256, m: __m256) {
         let halves = [_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v)];
         for (h, half) in halves.into_iter().enumerate() {
             for (k, part) in [half, _mm_srli_si128::<8>(half)].into_iter().enumerate() {
-                let f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part));
-                store8(
-                    y,
-                    at + 16 * h + 8 * k,
-                    _mm256_sub_ps(_mm256_mul_ps(f, d), m),
-                );
+                let p = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part)), d);
+                let r = if ADD {
+                    _mm256_add_ps(p, m)
+                } else {
+                    _mm256_sub_ps(p, m)
+                };
+                store8(y, at + 16 * h + 8 * k, r);
             }
         }
     }
@@ -131,18 +140,24 @@ mod avx2 {
         )
     }
 
-    /// Shared body of the `{ d: f16, qs[16] }` nibble-table formats.
+    /// Shared body of the `{ scale, qs[16] }` nibble-table formats: blocks
+    /// of `BB` bytes whose last 16 are the nibbles, scale read by `scale`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn nibble_table(src: &[u8], dst: &mut [f32], table: &[i8; 16]) {
+    fn nibble_table<const BB: usize>(
+        src: &[u8],
+        dst: &mut [f32],
+        table: &[i8; 16],
+        scale: impl Fn(&[u8]) -> f32,
+    ) {
         let mut t = [0u8; 16];
         for (t, &v) in t.iter_mut().zip(table) {
             *t = v as u8;
         }
         let table = load16(&t, 0);
-        for (b, y) in src.chunks_exact(18).zip(dst.chunks_exact_mut(32)) {
-            let d = _mm256_set1_ps(read_f16(b, 0));
-            let (lo, hi) = nibbles(load16(b, 2));
+        for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(32)) {
+            let d = _mm256_set1_ps(scale(b));
+            let (lo, hi) = nibbles(load16(b, BB - 16));
             store_i8x16(y, 0, _mm_shuffle_epi8(table, lo), d);
             store_i8x16(y, 16, _mm_shuffle_epi8(table, hi), d);
         }
@@ -150,12 +165,47 @@ mod avx2 {
 
     #[target_feature(enable = "avx2")]
     fn iq4_nl_avx2(src: &[u8], dst: &mut [f32]) {
-        nibble_table(src, dst, &KVALUES_IQ4NL);
+        nibble_table::<18>(src, dst, &KVALUES_IQ4NL, |b| read_f16(b, 0));
     }
 
     #[target_feature(enable = "avx2")]
     fn q4_0_avx2(src: &[u8], dst: &mut [f32]) {
-        nibble_table(src, dst, &LEVELS_Q4_0);
+        nibble_table::<18>(src, dst, &LEVELS_Q4_0, |b| read_f16(b, 0));
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn mxfp4_avx2(src: &[u8], dst: &mut [f32]) {
+        nibble_table::<17>(src, dst, &KVALUES_MXFP4, |b| e8m0_to_f32_half(b[0]));
+    }
+
+    /// Q4_1 / Q5_1 body: `{ d, m, [qh[4]], qs[16] }` blocks of `BB` bytes,
+    /// `y = code * d + m`; Q5_1 (`BB` = 24) adds the fifth bits.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn scale_min_32<const BB: usize>(src: &[u8], dst: &mut [f32]) {
+        for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(32)) {
+            let (d, m) = (
+                _mm256_set1_ps(read_f16(b, 0)),
+                _mm256_set1_ps(read_f16(b, 2)),
+            );
+            let (mut lo, mut hi) = nibbles(load16(b, BB - 16));
+            if BB == 24 {
+                let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+                lo = _mm_or_si128(lo, bits_to_0x10(qh as u16));
+                hi = _mm_or_si128(hi, bits_to_0x10((qh >> 16) as u16));
+            }
+            store_u8x32::<true>(y, 0, _mm256_set_m128i(hi, lo), d, m);
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn q4_1_avx2(src: &[u8], dst: &mut [f32]) {
+        scale_min_32::<20>(src, dst);
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn q5_1_avx2(src: &[u8], dst: &mut [f32]) {
+        scale_min_32::<24>(src, dst);
     }
 
     /// 16 bytes, byte `j` = 0x10 if bit `j` of `bits` is set, else 0.
@@ -228,7 +278,7 @@ mod avx2 {
                     let code = _mm256_or_si256(code, _mm256_slli_epi16::<4>(h));
                     let dl = _mm256_set1_ps(d * f32::from(sc[s]));
                     let ml = _mm256_set1_ps(min * f32::from(mn[s]));
-                    store_u8x32_dm(y, 32 * s, code, dl, ml);
+                    store_u8x32::<false>(y, 32 * s, code, dl, ml);
                 }
             }
         }
@@ -266,6 +316,9 @@ mod tests {
         let (bb, be) = (ty.block_bytes(), ty.block_elems());
         let mut src = Rng(0x9e37_79b9_7f4a_7c15 ^ u64::from(ty.id())).bytes(blocks * bb);
         for (i, b) in src.chunks_exact_mut(bb).enumerate() {
+            if ty == GgmlType::MXFP4 {
+                b[0] = i as u8;
+            }
             for (k, &at) in f16_at.iter().enumerate() {
                 // A second scale walks the patterns in another order.
                 let h = (i as u16).rotate_left(5 * k as u32);
@@ -303,6 +356,23 @@ mod tests {
     #[test]
     fn q4_0_matches_scalar() {
         check(GgmlType::Q4_0, &[0], 65536);
+    }
+
+    #[test]
+    fn q4_1_matches_scalar() {
+        check(GgmlType::Q4_1, &[0, 2], 65536);
+    }
+
+    #[test]
+    fn q5_1_matches_scalar() {
+        check(GgmlType::Q5_1, &[0, 2], 65536);
+    }
+
+    #[test]
+    fn mxfp4_matches_scalar() {
+        // Block i has scale byte i % 256: every E8M0 value, subnormal
+        // results (e < 2) and 2^127 (e = 255) included.
+        check(GgmlType::MXFP4, &[], 4096);
     }
 
     #[test]
