@@ -76,6 +76,7 @@ fn decoders() -> Vec<(String, GgmlType, RowDecoder)> {
                 | GgmlType::Q8_0
                 | GgmlType::MXFP4
                 | GgmlType::BF16
+                | GgmlType::F16
                 | GgmlType::Q5_K
         );
         out.push((ty.name().to_string(), ty, fast));

@@ -1,7 +1,8 @@
 //! SIMD row decoders, chosen at run time.
 //!
 //! On x86_64 with AVX2 there are kernels for IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1,
-//! Q8_0, MXFP4, BF16 and Q5_K. Each computes exactly what the scalar reference does: the same
+//! Q8_0, MXFP4, BF16 and Q5_K, and with F16C too one for F16 (the hardware
+//! conversion is exact and quiets NaNs as ggml's does). Each computes exactly what the scalar reference does: the same
 //! scale conversion (scalar), integer codes converted to f32 exactly, then
 //! separate IEEE multiply and subtract per lane (no fused multiply-add), so
 //! the outputs are bit-identical. Elsewhere [`kernel`] returns `None` and
@@ -25,7 +26,7 @@ pub(super) fn kernel(ty: GgmlType) -> Option<BlockFn> {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::super::float::{bf16_to_f32, read_f16};
+    use super::super::float::{bf16_to_f32, f16_to_f32, read_f16};
     use super::super::fp4::{e8m0_to_f32_half, KVALUES_MXFP4};
     use super::super::kquant::scale_min_k4;
     use super::super::legacy::{KVALUES_IQ4NL, LEVELS_Q4_0};
@@ -44,6 +45,7 @@ mod avx2 {
             T::MXFP4 => mxfp4,
             T::Q8_0 => q8_0,
             T::BF16 => bf16,
+            T::F16 if std::arch::is_x86_feature_detected!("f16c") => f16,
             T::Q5_K => q5_k,
             _ => return None,
         })
@@ -54,8 +56,9 @@ mod avx2 {
         ($($name:ident => $imp:ident;)*) => {$(
             fn $name(src: &[u8], dst: &mut [f32]) {
                 // SAFETY: `kernel` hands out this wrapper only after
-                // `is_x86_feature_detected!("avx2")` returned true, so the
-                // CPU supports every instruction `$imp` is compiled with.
+                // `is_x86_feature_detected!` confirmed AVX2 (and F16C for
+                // `f16`), so the CPU supports every instruction `$imp` is
+                // compiled with.
                 unsafe { $imp(src, dst) }
             }
         )*};
@@ -70,6 +73,7 @@ mod avx2 {
         mxfp4 => mxfp4_avx2;
         q8_0 => q8_0_avx2;
         bf16 => bf16_avx2;
+        f16 => f16_avx2_f16c;
         q5_k => q5_k_avx2;
     }
 
@@ -242,18 +246,36 @@ mod avx2 {
         }
     }
 
+    /// Shared body of the 16-bit float rows: 8 elements per `wide` call,
+    /// the tail through `one`.
+    #[inline]
     #[target_feature(enable = "avx2")]
-    fn bf16_avx2(src: &[u8], dst: &mut [f32]) {
+    fn rows16(
+        src: &[u8],
+        dst: &mut [f32],
+        wide: impl Fn(__m128i) -> __m256,
+        one: impl Fn(u16) -> f32,
+    ) {
         let mut s = src.chunks_exact(16);
         let mut y = dst.chunks_exact_mut(8);
         for (b, y) in (&mut s).zip(&mut y) {
-            let w = _mm256_cvtepu16_epi32(load16(b, 0));
-            store8(y, 0, _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w)));
+            store8(y, 0, wide(load16(b, 0)));
         }
         let tail = s.remainder().chunks_exact(2);
         for (y, b) in y.into_remainder().iter_mut().zip(tail) {
-            *y = bf16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+            *y = one(u16::from_le_bytes([b[0], b[1]]));
         }
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn bf16_avx2(src: &[u8], dst: &mut [f32]) {
+        let wide = |v| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(v)));
+        rows16(src, dst, wide, bf16_to_f32);
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    fn f16_avx2_f16c(src: &[u8], dst: &mut [f32]) {
+        rows16(src, dst, |v| _mm256_cvtph_ps(v), f16_to_f32);
     }
 
     #[target_feature(enable = "avx2")]
@@ -395,35 +417,53 @@ mod tests {
         // Every bf16 bit pattern, then lengths that leave a scalar tail.
         let all: Vec<u8> = (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect();
         for len in [65536, 65535, 7, 1, 0] {
-            check_bf16(&all[..2 * len]);
+            check_words(GgmlType::BF16, &all[..2 * len]);
         }
     }
 
-    fn check_bf16(src: &[u8]) {
-        let Some(simd) = kernel(GgmlType::BF16) else {
+    #[test]
+    fn f16_matches_scalar() {
+        // Every half bit pattern (NaN payloads included), then tails.
+        let all: Vec<u8> = (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect();
+        for len in [65536, 65535, 7, 1, 0] {
+            check_words(GgmlType::F16, &all[..2 * len]);
+        }
+    }
+
+    fn check_words(ty: GgmlType, src: &[u8]) {
+        let Some(simd) = kernel(ty) else {
             return;
         };
-        let scalar = scalar_kernel(GgmlType::BF16).expect("decodable");
+        let scalar = scalar_kernel(ty).expect("decodable");
         let n = src.len() / 2;
         let (mut a, mut b) = (vec![0f32; n], vec![1f32; n]);
         scalar(src, &mut a);
         simd(src, &mut b);
-        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(x.to_bits(), y.to_bits(), "{ty} element {i}");
+        }
     }
 
     #[test]
     fn kernels_exist_where_avx2_does() {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
+            use GgmlType as T;
             for t in [
-                GgmlType::IQ4_NL,
-                GgmlType::Q4_0,
-                GgmlType::Q5_0,
-                GgmlType::Q8_0,
-                GgmlType::BF16,
-                GgmlType::Q5_K,
+                T::IQ4_NL,
+                T::Q4_0,
+                T::Q4_1,
+                T::Q5_0,
+                T::Q5_1,
+                T::Q8_0,
+                T::MXFP4,
+                T::BF16,
+                T::Q5_K,
             ] {
                 assert!(kernel(t).is_some(), "{t}");
+            }
+            if std::arch::is_x86_feature_detected!("f16c") {
+                assert!(kernel(T::F16).is_some());
             }
         }
         assert!(kernel(GgmlType::Q6_K).is_none());
