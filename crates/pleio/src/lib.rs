@@ -16,3 +16,4 @@ pub mod synth;
 pub mod sys;
 pub mod table;
 pub mod tokenizer;
+pub mod io;

@@ -1,0 +1,616 @@
+//! io_uring reads at a configurable queue depth, buffered or `O_DIRECT`.
+//!
+//! One ring per backend, created once and kept behind a `Mutex`: a batch
+//! holds the ring from first submission to last completion, so concurrent
+//! callers take turns. A per-thread ring would let them overlap, but one ring
+//! at queue depth 64 already keeps the device saturated (more parallel rings
+//! only split the same device queue), and a mutex keeps kernel resources
+//! bounded (one ring, one scratch buffer) however many threads gather.
+//!
+//! All `unsafe` obligations of io_uring (the buffer of every submitted read
+//! stays valid and untouched until its completion) are discharged in one
+//! function, [`run_ops`]: it takes the destination buffers as exclusive
+//! borrows for its whole duration and never returns, or unwinds, while a
+//! read is in flight (a drain guard reaps every outstanding completion).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use io_uring::{opcode, types, IoUring};
+
+use super::{check_staging, pieces, IoError, ReadBackend, ReadPlan, ReadStats};
+
+/// Settings of a [`UringBackend`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UringConfig {
+    /// Reads in flight at once (ring size; 1..=4096).
+    pub queue_depth: u32,
+    /// Read with `O_DIRECT` (bypassing the page cache) instead of buffered.
+    pub direct: bool,
+    /// Spans longer than this are split into several reads in flight together.
+    pub max_read_bytes: usize,
+}
+
+impl Default for UringConfig {
+    fn default() -> Self {
+        UringConfig {
+            queue_depth: 64,
+            direct: false,
+            max_read_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Reads through one persistent io_uring, every span of a batch in flight
+/// at up to [`UringConfig::queue_depth`], short reads resubmitted for the
+/// remainder, completion errors returned naming the file offset.
+///
+/// Buffered by default (the page cache still serves warm bytes). With
+/// [`UringConfig::direct`], the file is opened with `O_DIRECT` and each span
+/// is read as the aligned blocks covering it into an aligned scratch buffer
+/// (head and tail slack included), then copied to its staging place: a
+/// 90-byte span never makes the kernel write past anything.
+#[derive(Debug)]
+pub struct UringBackend {
+    file: File,
+    path: PathBuf,
+    cfg: UringConfig,
+    /// `O_DIRECT` alignment (offset, length and memory), 1 when buffered.
+    align: usize,
+    state: Mutex<State>,
+}
+
+struct State {
+    ring: IoUring,
+    /// Aligned scratch for `O_DIRECT` blocks (unused when buffered).
+    scratch: AlignedBuf,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("ring_entries", &self.ring.params().sq_entries())
+            .field("scratch", &self.scratch.len())
+            .finish()
+    }
+}
+
+/// Scratch kept between calls up to this size; larger is freed after use.
+const SCRATCH_KEEP: usize = 16 << 20;
+
+impl UringBackend {
+    /// Open `path` read-only (with `O_DIRECT` if `cfg.direct`) and set up
+    /// the ring. Fails with [`IoError::UringUnavailable`] where io_uring cannot
+    /// be used (the caller falls back to another backend) and with
+    /// [`IoError::DirectUnsupported`] where the file system refuses
+    /// `O_DIRECT`.
+    pub fn open(path: &Path, cfg: UringConfig) -> Result<UringBackend, IoError> {
+        let ring = probe_ring(cfg.queue_depth)?;
+        let mut opts = OpenOptions::new();
+        opts.read(true);
+        if cfg.direct {
+            opts.custom_flags(libc::O_DIRECT);
+        }
+        let file = opts.open(path).map_err(|source| {
+            if cfg.direct && source.raw_os_error() == Some(libc::EINVAL) {
+                IoError::DirectUnsupported {
+                    path: path.to_path_buf(),
+                    reason: source.to_string(),
+                }
+            } else {
+                IoError::Open {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            }
+        })?;
+        let align = if cfg.direct {
+            direct_alignment(&file, path)?
+        } else {
+            1
+        };
+        Ok(UringBackend {
+            file,
+            path: path.to_path_buf(),
+            cfg,
+            align,
+            state: Mutex::new(State {
+                ring,
+                scratch: AlignedBuf::default(),
+            }),
+        })
+    }
+
+    /// Check io_uring works here (ring setup, `IORING_OP_READ`, one no-op
+    /// round trip), without opening any file.
+    pub fn probe() -> Result<(), IoError> {
+        probe_ring(1).map(drop)
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> UringConfig {
+        self.cfg
+    }
+
+    /// The `O_DIRECT` alignment in bytes (1 when buffered): from `statx`'s
+    /// `dio_offset_align`/`dio_mem_align` where the kernel reports them,
+    /// else 4096 (a multiple of every common logical block size).
+    pub fn alignment(&self) -> usize {
+        self.align
+    }
+
+    /// The device-floor measurement: read the distinct pages `pages` (page
+    /// `p` is `page_bytes` bytes at `p * page_bytes`) as one request each, at
+    /// the configured queue depth, into scratch that is then discarded. With
+    /// `O_DIRECT`, `page_bytes` must be a multiple of [`alignment`].
+    /// A page past the end of the file is [`IoError::UnexpectedEof`]; the
+    /// last, partial page reads what the file has.
+    ///
+    /// [`alignment`]: UringBackend::alignment
+    pub fn read_pages(&self, pages: &[u64], page_bytes: usize) -> Result<ReadStats, IoError> {
+        if page_bytes == 0 || page_bytes % self.align != 0 {
+            return Err(IoError::DirectUnsupported {
+                path: self.path.clone(),
+                reason: format!(
+                    "page size {page_bytes} is not a multiple of the O_DIRECT alignment {}",
+                    self.align
+                ),
+            });
+        }
+        let file_len = self.file_len()?;
+        let mut state = self.lock();
+        let State { ring, scratch } = &mut *state;
+        let need = pages
+            .len()
+            .checked_mul(page_bytes)
+            .ok_or(IoError::Staging {
+                need: usize::MAX,
+                got: 0,
+            })?;
+        let buf = scratch.get(need, self.align.max(4096));
+        let mut ops = Vec::with_capacity(pages.len());
+        for (&p, buf) in pages.iter().zip(buf.chunks_exact_mut(page_bytes)) {
+            let offset = p.saturating_mul(page_bytes as u64);
+            let want = file_len.saturating_sub(offset).min(page_bytes as u64) as usize;
+            if want == 0 {
+                return Err(IoError::UnexpectedEof {
+                    offset: file_len,
+                    end: offset.saturating_add(page_bytes as u64),
+                });
+            }
+            ops.push(Op { offset, buf, want });
+        }
+        let r = run_ops(
+            ring,
+            self.file.as_raw_fd(),
+            &mut ops,
+            self.queue_depth(),
+            self.align,
+        );
+        drop(ops);
+        scratch.trim();
+        r
+    }
+
+    fn file_len(&self) -> Result<u64, IoError> {
+        self.file
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|source| IoError::Os {
+                what: "fstat",
+                source,
+            })
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.cfg.queue_depth.clamp(1, MAX_QD) as usize
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic cannot leave reads in flight (run_ops drains on unwind),
+        // so a poisoned state is still consistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read_buffered(&self, plan: &ReadPlan, staging: &mut [u8]) -> Result<ReadStats, IoError> {
+        let max = self.cfg.max_read_bytes.clamp(1, MAX_READ);
+        let mut ops: Vec<Op<'_>> = pieces(plan, staging, max)
+            .into_iter()
+            .map(|(offset, buf)| Op {
+                offset,
+                want: buf.len(),
+                buf,
+            })
+            .collect();
+        let mut state = self.lock();
+        run_ops(
+            &mut state.ring,
+            self.file.as_raw_fd(),
+            &mut ops,
+            self.queue_depth(),
+            1,
+        )
+    }
+
+    fn read_direct(&self, plan: &ReadPlan, staging: &mut [u8]) -> Result<ReadStats, IoError> {
+        let a = self.align as u64;
+        let max = (self.cfg.max_read_bytes.clamp(1, MAX_READ) / self.align).max(1) * self.align;
+        // Aligned block ranges covering the spans, merged when they touch:
+        // (file start, file end, end of the bytes actually needed).
+        let mut ranges: Vec<(u64, u64, u64)> = Vec::new();
+        // Where each span's first byte lands in scratch.
+        let mut at = Vec::with_capacity(plan.spans().len());
+        let mut scratch_len = 0usize;
+        for s in plan.spans().iter().filter(|s| s.len > 0) {
+            let start = s.file_offset / a * a;
+            let end = s.file_end().div_ceil(a).saturating_mul(a);
+            match ranges.last_mut() {
+                Some(r) if start <= r.1 => {
+                    let grow = end.saturating_sub(r.1);
+                    r.1 += grow;
+                    r.2 = r.2.max(s.file_end());
+                    scratch_len += grow as usize;
+                    at.push(scratch_len - (r.1 - s.file_offset) as usize);
+                }
+                _ => {
+                    at.push(scratch_len + (s.file_offset - start) as usize);
+                    scratch_len += (end - start) as usize;
+                    ranges.push((start, end, s.file_end()));
+                }
+            }
+        }
+        let mut state = self.lock();
+        let State { ring, scratch } = &mut *state;
+        let buf = scratch.get(scratch_len, self.align.max(4096));
+        let mut ops = Vec::with_capacity(ranges.len());
+        let mut rest = &mut buf[..];
+        for &(start, end, need_end) in &ranges {
+            let (mut range_buf, tail) =
+                std::mem::take(&mut rest).split_at_mut((end - start) as usize);
+            rest = tail;
+            let mut offset = start;
+            while !range_buf.is_empty() {
+                let n = range_buf.len().min(max);
+                let (head, tail) = std::mem::take(&mut range_buf).split_at_mut(n);
+                let want = need_end.saturating_sub(offset).min(n as u64) as usize;
+                ops.push(Op {
+                    offset,
+                    buf: head,
+                    want,
+                });
+                offset += n as u64;
+                range_buf = tail;
+            }
+        }
+        let result = run_ops(
+            ring,
+            self.file.as_raw_fd(),
+            &mut ops,
+            self.queue_depth(),
+            self.align,
+        );
+        drop(ops);
+        if result.is_ok() {
+            let src = scratch.get(scratch_len, self.align.max(4096));
+            for (s, &pos) in plan.spans().iter().filter(|s| s.len > 0).zip(&at) {
+                staging[s.dst_offset..s.dst_offset + s.len].copy_from_slice(&src[pos..pos + s.len]);
+            }
+        }
+        scratch.trim();
+        result
+    }
+}
+
+impl ReadBackend for UringBackend {
+    fn name(&self) -> &'static str {
+        if self.cfg.direct {
+            "uring-direct"
+        } else {
+            "uring"
+        }
+    }
+
+    fn read(&self, plan: &ReadPlan, staging: &mut [u8]) -> Result<ReadStats, IoError> {
+        check_staging(plan, staging)?;
+        if plan.is_empty() {
+            return Ok(ReadStats::default());
+        }
+        if self.cfg.direct {
+            self.read_direct(plan, staging)
+        } else {
+            self.read_buffered(plan, staging)
+        }
+    }
+}
+
+/// Largest queue depth accepted (the ring is sized to it).
+const MAX_QD: u32 = 4096;
+/// Largest single read (the kernel caps one read at just under 2 GiB).
+const MAX_READ: usize = 1 << 30;
+
+/// Set up a ring of `queue_depth` entries and prove it works: the kernel
+/// supports `IORING_OP_READ` and a no-op completes. Any failure means
+/// io_uring is unusable here.
+fn probe_ring(queue_depth: u32) -> Result<IoUring, IoError> {
+    let entries = queue_depth.clamp(1, MAX_QD).next_power_of_two();
+    let mut ring = IoUring::new(entries).map_err(IoError::UringUnavailable)?;
+    let mut probe = io_uring::Probe::new();
+    ring.submitter()
+        .register_probe(&mut probe)
+        .map_err(IoError::UringUnavailable)?;
+    if !probe.is_supported(opcode::Read::CODE) {
+        return Err(IoError::UringUnavailable(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "kernel lacks IORING_OP_READ",
+        )));
+    }
+    let nop = opcode::Nop::new().build().user_data(u64::MAX);
+    // SAFETY: a no-op references no memory.
+    unsafe { ring.submission().push(&nop) }
+        .map_err(|_| IoError::UringUnavailable(io::Error::other("fresh ring has no free entry")))?;
+    loop {
+        match ring.submit_and_wait(1) {
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(IoError::UringUnavailable(e)),
+        }
+    }
+    let result = ring.completion().next().map(|c| c.result());
+    match result {
+        Some(r) if r >= 0 => Ok(ring),
+        Some(r) => Err(IoError::UringUnavailable(io::Error::from_raw_os_error(-r))),
+        None => Err(IoError::UringUnavailable(io::Error::other(
+            "no-op did not complete",
+        ))),
+    }
+}
+
+/// `O_DIRECT` alignment for `file`: `statx(STATX_DIOALIGN)` (Linux 6.1+)
+/// gives the file system's offset and memory alignment; we use the larger
+/// of the two for offsets, lengths and buffers. Where the kernel does not
+/// say, 4096: the page size on x86_64 and a multiple of every common
+/// logical block size (512, 4096). `BLKSSZGET` would only work on a block
+/// device, not on a regular file.
+fn direct_alignment(file: &File, path: &Path) -> Result<usize, IoError> {
+    // SAFETY: statx is plain old data; all-zero is a valid value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: the fd is open, the path is a valid empty C string used with
+    // AT_EMPTY_PATH, and `stx` is a valid, writable statx buffer.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut stx,
+        )
+    };
+    if rc == 0 && stx.stx_mask & libc::STATX_DIOALIGN != 0 {
+        if stx.stx_dio_offset_align == 0 {
+            return Err(IoError::DirectUnsupported {
+                path: path.to_path_buf(),
+                reason: "statx reports no O_DIRECT support".into(),
+            });
+        }
+        let a = stx.stx_dio_offset_align.max(stx.stx_dio_mem_align) as usize;
+        if a.is_power_of_two() {
+            return Ok(a);
+        }
+    }
+    Ok(4096)
+}
+
+/// A buffer whose start is aligned, grown on demand and reused.
+#[derive(Default)]
+struct AlignedBuf {
+    raw: Vec<u8>,
+}
+
+impl AlignedBuf {
+    /// An aligned slice of `len` bytes (contents unspecified). No unsafe:
+    /// the vector is over-allocated by `align` and sliced from the first
+    /// aligned byte.
+    fn get(&mut self, len: usize, align: usize) -> &mut [u8] {
+        let need = len + align;
+        if self.raw.len() < need {
+            self.raw = vec![0; need];
+        }
+        let skip = self.raw.as_ptr().align_offset(align);
+        &mut self.raw[skip..skip + len]
+    }
+
+    fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Free a large buffer so memory stays bounded between batches.
+    fn trim(&mut self) {
+        if self.raw.len() > SCRATCH_KEEP {
+            self.raw = Vec::new();
+        }
+    }
+}
+
+/// One read: fill `buf` from the file at `offset`; at least `want` bytes
+/// must arrive (the rest is `O_DIRECT` slack that may lie past the end of
+/// the file).
+struct Op<'a> {
+    offset: u64,
+    buf: &'a mut [u8],
+    want: usize,
+}
+
+/// Run `ops` on `ring` with up to `queue_depth` in flight, refilling as
+/// completions arrive and resubmitting short reads for the remainder.
+/// `align` is the `O_DIRECT` alignment (1 when buffered): a short read that
+/// stops off alignment has hit the end of the file.
+///
+/// This is the only place buffer addresses are handed to the kernel. Its
+/// safety rests on two facts: every `buf` is exclusively borrowed for the
+/// whole call, and the call does not return or unwind while any read is in
+/// flight (see [`Drain`]).
+fn run_ops(
+    ring: &mut IoUring,
+    fd: RawFd,
+    ops: &mut [Op<'_>],
+    queue_depth: usize,
+    align: usize,
+) -> Result<ReadStats, IoError> {
+    // Raw destinations taken once up front; the `&mut` borrows in `ops` stay
+    // alive (unused) until we return, so nothing else can touch the bytes.
+    let dst: Vec<(*mut u8, usize)> = ops
+        .iter_mut()
+        .map(|o| (o.buf.as_mut_ptr(), o.buf.len()))
+        .collect();
+    let mut done = vec![0usize; ops.len()];
+    let mut stats = ReadStats::default();
+    let mut retry: Vec<usize> = Vec::new();
+    let mut next = 0usize;
+    let mut failed: Option<IoError> = None;
+    let mut ring = Drain { ring, in_flight: 0 };
+    let capacity = queue_depth.min(ring.ring.params().sq_entries() as usize);
+
+    loop {
+        {
+            let mut sq = ring.ring.submission();
+            while failed.is_none() && ring.in_flight < capacity {
+                let i = match retry.pop() {
+                    Some(i) => i,
+                    None if next < ops.len() => {
+                        next += 1;
+                        next - 1
+                    }
+                    None => break,
+                };
+                if done[i] >= ops[i].want {
+                    continue;
+                }
+                let (ptr, len) = dst[i];
+                let remaining = len - done[i];
+                // `remaining <= MAX_READ` (ops are cut to it), so it fits u32.
+                let entry =
+                    opcode::Read::new(types::Fd(fd), ptr.wrapping_add(done[i]), remaining as u32)
+                        .offset(ops[i].offset + done[i] as u64)
+                        .build()
+                        .user_data(i as u64);
+                // SAFETY: the entry points at `remaining` bytes inside
+                // `ops[i].buf`, exclusively borrowed for this whole call and
+                // not accessed until its completion; `Drain` guarantees we do
+                // not return or unwind before that completion is reaped.
+                if unsafe { sq.push(&entry) }.is_err() {
+                    retry.push(i);
+                    break;
+                }
+                ring.in_flight += 1;
+                stats.requests += 1;
+                stats.bytes += remaining as u64;
+            }
+        }
+        if ring.in_flight == 0 {
+            break;
+        }
+        if let Err(e) = ring.submit_and_wait_one() {
+            failed.get_or_insert(IoError::Os {
+                what: "io_uring submit",
+                source: e,
+            });
+            // Drain (below, or in Drop) reaps what the kernel accepted.
+            ring.drain();
+            break;
+        }
+        for cqe in ring.ring.completion() {
+            ring.in_flight -= 1;
+            let i = cqe.user_data() as usize;
+            let Some(op) = ops.get(i) else { continue };
+            let at = op.offset + done[i] as u64;
+            let res = cqe.result();
+            if res == -libc::EINTR || res == -libc::EAGAIN {
+                retry.push(i);
+            } else if res < 0 {
+                failed.get_or_insert(IoError::Read {
+                    offset: at,
+                    len: dst[i].1 - done[i],
+                    source: io::Error::from_raw_os_error(-res),
+                });
+            } else if res == 0 {
+                failed.get_or_insert(IoError::UnexpectedEof {
+                    offset: at,
+                    end: op.offset + op.want as u64,
+                });
+            } else {
+                done[i] += res as usize;
+                if done[i] < op.want {
+                    stats.short_reads += 1;
+                    if done[i] % align == 0 {
+                        retry.push(i);
+                    } else {
+                        // O_DIRECT stopped off alignment: end of file.
+                        failed.get_or_insert(IoError::UnexpectedEof {
+                            offset: op.offset + done[i] as u64,
+                            end: op.offset + op.want as u64,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(stats),
+    }
+}
+
+/// Counts reads in flight on a ring and, if dropped with any outstanding
+/// (early return or unwind), waits for all of them, so no buffer is freed
+/// or reused while the kernel may still write to it.
+struct Drain<'r> {
+    ring: &'r mut IoUring,
+    in_flight: usize,
+}
+
+impl Drain<'_> {
+    /// Submit queued entries and wait for at least one completion, retrying
+    /// on `EINTR`/`EAGAIN`/`EBUSY` (completions are reaped by the caller).
+    fn submit_and_wait_one(&mut self) -> io::Result<()> {
+        loop {
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => return Ok(()),
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
+                    ) =>
+                {
+                    if !self.ring.completion().is_empty() {
+                        return Ok(());
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Reap every outstanding completion. If the kernel will not let us wait
+    /// (a broken ring), the only sound move is to abort: returning would
+    /// free buffers the kernel may still write.
+    fn drain(&mut self) {
+        while self.in_flight > 0 {
+            if let Err(e) = self.submit_and_wait_one() {
+                eprintln!("pleio: io_uring wait failed with reads in flight: {e}; aborting");
+                std::process::abort();
+            }
+            let n = self.ring.completion().count();
+            self.in_flight -= n.min(self.in_flight);
+        }
+    }
+}
+
+impl Drop for Drain<'_> {
+    fn drop(&mut self) {
+        self.drain();
+    }
+}

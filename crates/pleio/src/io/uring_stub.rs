@@ -1,0 +1,76 @@
+//! io_uring is Linux-only: elsewhere the backend always reports itself
+//! unavailable, so callers take their fallback.
+
+use std::io;
+use std::path::Path;
+
+use super::{IoError, ReadBackend, ReadPlan, ReadStats};
+
+/// Settings of a [`UringBackend`] (see the Linux implementation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UringConfig {
+    /// Reads in flight at once.
+    pub queue_depth: u32,
+    /// Read with `O_DIRECT`.
+    pub direct: bool,
+    /// Spans longer than this are split.
+    pub max_read_bytes: usize,
+}
+
+impl Default for UringConfig {
+    fn default() -> Self {
+        UringConfig {
+            queue_depth: 64,
+            direct: false,
+            max_read_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Uninhabited on this OS: [`UringBackend::open`] always fails.
+#[derive(Debug)]
+pub enum UringBackend {}
+
+fn unavailable() -> IoError {
+    IoError::UringUnavailable(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "io_uring is Linux-only",
+    ))
+}
+
+impl UringBackend {
+    /// Always [`IoError::UringUnavailable`] on this OS.
+    pub fn open(_path: &Path, _cfg: UringConfig) -> Result<UringBackend, IoError> {
+        Err(unavailable())
+    }
+
+    /// Always [`IoError::UringUnavailable`] on this OS.
+    pub fn probe() -> Result<(), IoError> {
+        Err(unavailable())
+    }
+
+    /// Never called (no value exists).
+    pub fn config(&self) -> UringConfig {
+        match *self {}
+    }
+
+    /// Never called (no value exists).
+    pub fn alignment(&self) -> usize {
+        match *self {}
+    }
+
+    /// Never called (no value exists).
+    pub fn read_pages(&self, _pages: &[u64], _page_bytes: usize) -> Result<ReadStats, IoError> {
+        match *self {}
+    }
+}
+
+impl ReadBackend for UringBackend {
+    fn name(&self) -> &'static str {
+        match *self {}
+    }
+
+    fn read(&self, _plan: &ReadPlan, _staging: &mut [u8]) -> Result<ReadStats, IoError> {
+        match *self {}
+    }
+}

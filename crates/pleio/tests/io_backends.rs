@@ -1,0 +1,358 @@
+//! Every read backend on the same span lists must fill the staging buffer
+//! with exactly the bytes of a plain read of the file, touch nothing else,
+//! name the offset when the file is too short, and work from 8 threads at
+//! once. io_uring cases skip (with a printed reason) where the kernel or
+//! sandbox refuses io_uring or the file system refuses `O_DIRECT`.
+#![cfg(unix)]
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use pleio::io::{
+    IoError, PoolBackend, PoolConfig, PreadBackend, ReadBackend, ReadPlan, Span, UringBackend,
+    UringConfig,
+};
+
+/// Deterministic pseudo-random numbers (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// 3 MiB + 1234 bytes (not a multiple of any block size) of seeded noise.
+const FILE_LEN: usize = (3 << 20) + 1234;
+
+fn make_file(dir: &Path, len: usize) -> (std::path::PathBuf, Vec<u8>) {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+    let path = dir.join("data.bin");
+    let mut f = File::create(&path).unwrap();
+    f.write_all(&bytes).unwrap();
+    f.sync_all().unwrap();
+    (path, bytes)
+}
+
+/// Every backend configuration under test, with a name. io_uring variants
+/// are left out, with a printed reason, where unavailable.
+fn backends(path: &Path) -> Vec<(String, Box<dyn ReadBackend>)> {
+    let mut out: Vec<(String, Box<dyn ReadBackend>)> = vec![
+        ("pread".into(), Box::new(PreadBackend::open(path).unwrap())),
+        (
+            "pool".into(),
+            Box::new(PoolBackend::open(path, PoolConfig::default()).unwrap()),
+        ),
+        (
+            // Tiny pieces and no inline path: every span split and spread.
+            "pool-small-pieces".into(),
+            Box::new(
+                PoolBackend::open(
+                    path,
+                    PoolConfig {
+                        threads: 4,
+                        inline_below: 0,
+                        piece_bytes: 1000,
+                    },
+                )
+                .unwrap(),
+            ),
+        ),
+    ];
+    let urings = [
+        ("uring", UringConfig::default()),
+        (
+            "uring-qd1-small-reads",
+            UringConfig {
+                queue_depth: 1,
+                max_read_bytes: 777,
+                ..UringConfig::default()
+            },
+        ),
+        (
+            "uring-direct",
+            UringConfig {
+                direct: true,
+                ..UringConfig::default()
+            },
+        ),
+        (
+            "uring-direct-qd3-small-reads",
+            UringConfig {
+                queue_depth: 3,
+                direct: true,
+                max_read_bytes: 4096,
+            },
+        ),
+    ];
+    for (name, cfg) in urings {
+        match UringBackend::open(path, cfg) {
+            Ok(b) => out.push((name.into(), Box::new(b))),
+            Err(e @ (IoError::UringUnavailable(_) | IoError::DirectUnsupported { .. })) => {
+                println!("skipping {name}: {e}")
+            }
+            Err(e) => panic!("{name}: {e}"),
+        }
+    }
+    out
+}
+
+/// Staging as a plain copy from `file` would fill it; untouched bytes keep
+/// `FILL`.
+const FILL: u8 = 0xA5;
+
+fn expected(plan: &ReadPlan, file: &[u8], staging_len: usize) -> Vec<u8> {
+    let mut out = vec![FILL; staging_len];
+    for s in plan.spans() {
+        let f = s.file_offset as usize;
+        out[s.dst_offset..s.dst_offset + s.len].copy_from_slice(&file[f..f + s.len]);
+    }
+    out
+}
+
+/// The span lists every backend must agree on.
+fn cases(file: &[u8]) -> Vec<(&'static str, ReadPlan)> {
+    let len = file.len() as u64;
+    let mut rng = Rng(42);
+    // Random offsets and lengths, spaced out in staging (gaps must stay FILL).
+    let mut offs: Vec<u64> = (0..300).map(|_| rng.below(len - 400)).collect();
+    offs.sort_unstable();
+    let mut dst = 0usize;
+    let random: Vec<Span> = offs
+        .iter()
+        .map(|&o| {
+            let n = 1 + rng.below(300) as usize;
+            let s = Span {
+                file_offset: o,
+                len: n,
+                dst_offset: dst + 3,
+            };
+            dst += n + 3 + rng.below(5) as usize;
+            s
+        })
+        .collect();
+    // Sorted random rows of a 90-byte table starting at an odd offset.
+    let mut rows: Vec<u64> = (0..500).map(|_| rng.below((len - 77) / 90)).collect();
+    rows.sort_unstable();
+    rows.dedup();
+    let adjacent: Vec<u64> = (1000..1100).chain(5000..5003).collect();
+    vec![
+        ("random", ReadPlan::new(random).unwrap()),
+        (
+            "adjacent rows",
+            ReadPlan::for_rows(77, 90, &adjacent, 0).unwrap().plan,
+        ),
+        (
+            "random rows, no coalescing",
+            ReadPlan::for_rows(77, 90, &rows, 0).unwrap().plan,
+        ),
+        (
+            "random rows coalesced with gaps",
+            ReadPlan::for_rows(77, 90, &rows, 4096).unwrap().plan,
+        ),
+        (
+            "span ending at EOF",
+            ReadPlan::packed([(0, 10), (len - 4097, 4097)]).unwrap(),
+        ),
+        ("last byte", ReadPlan::packed([(len - 1, 1)]).unwrap()),
+        ("empty", ReadPlan::new(vec![]).unwrap()),
+        (
+            "zero-length spans",
+            ReadPlan::packed([(5, 0), (6, 3), (len, 0)]).unwrap(),
+        ),
+        (
+            "one huge span",
+            ReadPlan::packed([(0, file.len())]).unwrap(),
+        ),
+        (
+            "overlapping in the file",
+            ReadPlan::packed([(100, 5000), (200, 10), (4000, 9000)]).unwrap(),
+        ),
+    ]
+}
+
+#[test]
+fn every_backend_matches_a_plain_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, file) = make_file(dir.path(), FILE_LEN);
+    let backends = backends(&path);
+    for (case, plan) in cases(&file) {
+        let staging_len = plan.staging_len() + 17;
+        let want = expected(&plan, &file, staging_len);
+        for (name, b) in &backends {
+            let mut staging = vec![FILL; staging_len];
+            let stats = b
+                .read(&plan, &mut staging)
+                .unwrap_or_else(|e| panic!("{name} on {case}: {e}"));
+            assert!(staging == want, "{name} on {case}: staging differs");
+            if !plan.is_empty() {
+                assert!(stats.requests > 0 && stats.bytes >= plan.bytes().min(1));
+            }
+        }
+    }
+}
+
+#[test]
+fn rows_land_at_their_staging_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, file) = make_file(dir.path(), FILE_LEN);
+    let rows: Vec<u64> = (0..2000)
+        .map(|i| i * i % 30_000)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    for (name, b) in backends(&path) {
+        for gap in [0, 100, 5000] {
+            let r = ReadPlan::for_rows(33, 97, &rows, gap).unwrap();
+            let mut staging = vec![0u8; r.plan.staging_len()];
+            b.read(&r.plan, &mut staging).unwrap();
+            for (&row, &at) in rows.iter().zip(&r.staging_offsets) {
+                let f = 33 + row as usize * 97;
+                assert_eq!(
+                    &staging[at..at + 97],
+                    &file[f..f + 97],
+                    "{name} gap {gap} row {row}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn short_staging_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = make_file(dir.path(), 10_000);
+    let plan = ReadPlan::packed([(0, 100), (500, 100)]).unwrap();
+    for (name, b) in backends(&path) {
+        let mut staging = vec![0u8; 150];
+        match b.read(&plan, &mut staging) {
+            Err(IoError::Staging {
+                need: 200,
+                got: 150,
+            }) => {}
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn truncated_file_errors_name_the_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = make_file(dir.path(), FILE_LEN);
+    // Backends opened on the full file, which then shrinks under them.
+    let backends = backends(&path);
+    let new_len = 1_000_003u64;
+    File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(new_len)
+        .unwrap();
+    // One span crosses the new end; one starts beyond it.
+    let crossing = ReadPlan::packed([(0, 100), (new_len - 50, 100)]).unwrap();
+    let beyond = ReadPlan::packed([(10, 10), (2_000_000, 10)]).unwrap();
+    for (name, b) in &backends {
+        let mut staging = vec![0u8; 200];
+        match b.read(&crossing, &mut staging) {
+            Err(IoError::UnexpectedEof { offset, end }) => {
+                assert_eq!(offset, new_len, "{name}");
+                assert!(end > new_len, "{name}: end {end}");
+                let msg = IoError::UnexpectedEof { offset, end }.to_string();
+                assert!(msg.contains(&new_len.to_string()), "{msg}");
+            }
+            other => panic!("{name}: crossing span gave {other:?}"),
+        }
+        match b.read(&beyond, &mut staging) {
+            Err(IoError::UnexpectedEof { offset, .. }) => {
+                // Buffered reads stop at the span's own offset; O_DIRECT
+                // reads the aligned block holding it, which starts earlier
+                // but still past the end.
+                assert!((new_len..=2_000_000).contains(&offset), "{name}: {offset}");
+            }
+            other => panic!("{name}: span beyond EOF gave {other:?}"),
+        }
+        // The backend is still usable afterwards.
+        let ok = ReadPlan::packed([(0, 10), (new_len - 10, 10)]).unwrap();
+        b.read(&ok, &mut staging)
+            .unwrap_or_else(|e| panic!("{name} after error: {e}"));
+    }
+}
+
+#[test]
+fn eight_threads_share_one_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, file) = make_file(dir.path(), FILE_LEN);
+    let file = Arc::new(file);
+    for (name, b) in backends(&path) {
+        std::thread::scope(|scope| {
+            for t in 0..8u64 {
+                let (b, file, name) = (&b, &file, &name);
+                scope.spawn(move || {
+                    let mut rng = Rng(1000 + t);
+                    for _ in 0..20 {
+                        let n = 1 + rng.below(200) as usize;
+                        let mut rows: Vec<u64> = (0..n)
+                            .map(|_| rng.below((FILE_LEN as u64 - 5) / 131))
+                            .collect();
+                        rows.sort_unstable();
+                        rows.dedup();
+                        let r = ReadPlan::for_rows(5, 131, &rows, rng.below(600) as usize).unwrap();
+                        let mut staging = vec![FILL; r.plan.staging_len()];
+                        b.read(&r.plan, &mut staging).unwrap();
+                        let want = expected(&r.plan, file, r.plan.staging_len());
+                        assert!(staging == want, "{name} thread {t}");
+                    }
+                });
+            }
+        });
+    }
+}
+
+#[test]
+fn direct_page_reads_for_the_device_floor() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = make_file(dir.path(), FILE_LEN);
+    let cfg = UringConfig {
+        direct: true,
+        ..UringConfig::default()
+    };
+    let b = match UringBackend::open(&path, cfg) {
+        Ok(b) => b,
+        Err(e @ (IoError::UringUnavailable(_) | IoError::DirectUnsupported { .. })) => {
+            println!("skipping: {e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert!(b.alignment().is_power_of_two() && b.alignment() <= 4096);
+    let last = (FILE_LEN / 4096) as u64; // the partial last page
+    let pages: Vec<u64> = vec![0, 7, 3, 100, last];
+    let stats = b.read_pages(&pages, 4096).unwrap();
+    assert_eq!(stats.requests, pages.len() as u64);
+    match b.read_pages(&[1, last + 1], 4096) {
+        Err(IoError::UnexpectedEof { .. }) => {}
+        other => panic!("page past EOF gave {other:?}"),
+    }
+    assert!(b.read_pages(&[1], 100).is_err(), "unaligned page size");
+}
+
+#[test]
+fn uring_probe_reports_clearly() {
+    match UringBackend::probe() {
+        Ok(()) => {}
+        Err(e) => {
+            assert!(matches!(e, IoError::UringUnavailable(_)), "{e:?}");
+            assert!(e.to_string().starts_with("io_uring is unavailable"));
+            println!("io_uring unavailable here: {e}");
+        }
+    }
+}
