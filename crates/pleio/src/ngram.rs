@@ -5,6 +5,10 @@
 //!   ([`QwenNgramParams`], [`QwenHistory`], [`QwenSequence`]).
 //! - `gemma4`: the token id is the row id ([`Gemma4Rows`]).
 //!
+//! [`ModelRows::from_model`] picks and configures the mapper of an open model
+//! from its `general.architecture` and metadata; [`ModelRows::sequence`]
+//! gives a per-sequence [`RowMapper`].
+//!
 //! Both implement [`RowMapper`]. Row ids are token-major: the rows of token
 //! `i` are `out[i * rows_per_token .. (i + 1) * rows_per_token]`.
 //!
@@ -29,13 +33,29 @@
 
 use std::fmt;
 
+use crate::gguf::{Metadata, Value};
+use crate::model::Model;
+use crate::table::Table;
+
 /// Largest supported `ple.ngram_size`.
 pub const MAX_NGRAM: usize = 8;
 /// Largest supported number of heads, `(ngram_size - 1) * heads_per_ngram`.
 pub const MAX_HEADS: usize = 64;
 
+/// `general.architecture` of the n-gram hashed tables.
+pub const QWEN_ARCH: &str = "qwen4exp";
+/// `general.architecture` of the one-row-per-token tables.
+pub const GEMMA_ARCH: &str = "gemma4";
+
 /// Metadata key suffixes (after `qwen4exp.`) of the n-gram hash parameters.
 pub mod keys {
+    /// `u32`: elements per PLE row slice (qwen4exp 160 = the row width;
+    /// gemma4 256 per layer). Also read under `gemma4.`.
+    pub const ROW_WIDTH: &str = "embedding_length_per_layer_input";
+    /// Integer array, optional: the PLE layers; exactly one is supported.
+    pub const LAYERS: &str = "ple.layers";
+    /// `u32`, optional (gemma4): layers, each owning a slice of every row.
+    pub const BLOCK_COUNT: &str = "block_count";
     /// `u32`: n-gram order N (3 in the released model).
     pub const NGRAM_SIZE: &str = "ple.ngram_size";
     /// `u32`: heads per n-gram order (8).
@@ -112,6 +132,43 @@ pub enum NgramError {
         token: u32,
         /// Rows in the table tensor.
         n_rows: u64,
+    },
+    /// A required metadata key is absent.
+    #[error("metadata key {key} is missing")]
+    MissingKey {
+        /// The full key, e.g. `qwen4exp.ple.ngram_size`.
+        key: String,
+    },
+    /// A metadata key holds a value of the wrong type or out of range.
+    #[error("metadata key {key} holds {found}, expected {expected}")]
+    WrongKeyType {
+        /// The full key.
+        key: String,
+        /// The value found, with its type (e.g. `f32 1.5`).
+        found: String,
+        /// What the key must hold.
+        expected: &'static str,
+    },
+    /// The metadata's row width disagrees with the table's rows.
+    #[error("metadata key {key} = {value} does not match the table's rows of {row_elems} elements{detail}")]
+    RowWidth {
+        /// The full key.
+        key: String,
+        /// Its value.
+        value: u64,
+        /// Elements per row of the table tensor.
+        row_elems: u64,
+        /// Extra explanation (empty or starting with `: `).
+        detail: String,
+    },
+    /// The file's architecture has no row mapper.
+    #[error("{}: pleio maps rows for {QWEN_ARCH} and {GEMMA_ARCH} only", match .arch {
+        Some(a) => format!("architecture {a:?}"),
+        None => "the file has no general.architecture".to_string(),
+    })]
+    UnknownArchitecture {
+        /// `general.architecture`, if present.
+        arch: Option<String>,
     },
     /// The output slice does not have room for the batch's row ids.
     #[error("output holds {len} row ids, the batch needs {needed}")]
@@ -291,6 +348,35 @@ impl QwenNgramParams {
         .expect("released qwen4exp constants are valid")
     }
 
+    /// Reads and validates the `qwen4exp.ple.*` keys of a file whose table
+    /// has `n_rows` rows (see [`keys`]; `ple.image_token_id` and
+    /// `ple.layers` are optional, and `ple.layers` must list one layer).
+    ///
+    /// The row width (`qwen4exp.embedding_length_per_layer_input`) is not
+    /// read here: [`ModelRows::from_metadata`] checks it against the table.
+    pub fn from_metadata(md: &Metadata, n_rows: u64) -> Result<Self, NgramError> {
+        let k = KeyReader::new(md, QWEN_ARCH);
+        if let Some(layers) = k.opt_u64s(keys::LAYERS)? {
+            if layers.len() != 1 {
+                return Err(NgramError::ArrayLength {
+                    key: keys::LAYERS,
+                    len: layers.len(),
+                    expected: "exactly 1 (one PLE layer)".into(),
+                });
+            }
+        }
+        Self::new(
+            k.u32(keys::NGRAM_SIZE)?,
+            k.u32(keys::HEADS_PER_NGRAM)?,
+            k.u32(keys::EOS_TOKEN_ID)?,
+            k.opt_u32(keys::IMAGE_TOKEN_ID)?,
+            k.u64s(keys::LAYER_MULTIPLIERS)?,
+            k.u64s(keys::HEAD_VOCAB_SIZES)?,
+            k.u64s(keys::HEAD_OFFSETS)?,
+            n_rows,
+        )
+    }
+
     /// N-gram order N.
     pub fn ngram_size(&self) -> usize {
         self.ngram_size
@@ -394,6 +480,210 @@ impl QwenNgramParams {
         }
         hist.prev = prev;
         Ok(())
+    }
+}
+
+/// Typed reads of `<arch>.<suffix>` metadata keys, with errors naming the
+/// full key.
+struct KeyReader<'a> {
+    md: &'a Metadata,
+    arch: &'static str,
+}
+
+impl<'a> KeyReader<'a> {
+    fn new(md: &'a Metadata, arch: &'static str) -> Self {
+        Self { md, arch }
+    }
+
+    fn full(&self, suffix: &str) -> String {
+        format!("{}.{suffix}", self.arch)
+    }
+
+    /// The value of an optional key, converted by `conv`.
+    fn opt<T>(
+        &self,
+        suffix: &str,
+        expected: &'static str,
+        conv: impl FnOnce(&Value) -> Option<T>,
+    ) -> Result<Option<T>, NgramError> {
+        let Some(v) = self.md.get(&self.full(suffix)) else {
+            return Ok(None);
+        };
+        conv(v).map(Some).ok_or_else(|| NgramError::WrongKeyType {
+            key: self.full(suffix),
+            found: describe(v),
+            expected,
+        })
+    }
+
+    fn required<T>(&self, suffix: &str, v: Option<T>) -> Result<T, NgramError> {
+        v.ok_or_else(|| NgramError::MissingKey {
+            key: self.full(suffix),
+        })
+    }
+
+    fn opt_u32(&self, suffix: &str) -> Result<Option<u32>, NgramError> {
+        self.opt(suffix, "an integer in 0..=4294967295", Value::as_u32)
+    }
+
+    fn u32(&self, suffix: &str) -> Result<u32, NgramError> {
+        self.required(suffix, self.opt_u32(suffix)?)
+    }
+
+    fn opt_u64s(&self, suffix: &str) -> Result<Option<Vec<u64>>, NgramError> {
+        self.opt(
+            suffix,
+            "an array of nonnegative integers",
+            Value::as_u64_array,
+        )
+    }
+
+    fn u64s(&self, suffix: &str) -> Result<Vec<u64>, NgramError> {
+        self.required(suffix, self.opt_u64s(suffix)?)
+    }
+}
+
+/// A metadata value with its type, for error messages (`f32 1.5`,
+/// `[i32; 2] [1, -1]`).
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Array(a) => a.to_string(),
+        other => format!("{} {other}", other.value_type()),
+    }
+}
+
+/// The row mapper of one model, chosen by its `general.architecture`.
+// One per model: the qwen4exp variant's inline 1 KiB of constants is fine.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelRows {
+    /// qwen4exp: n-gram hashed rows.
+    Qwen(QwenNgramParams),
+    /// gemma4: the token id is the row id.
+    Gemma(Gemma4Rows),
+}
+
+impl ModelRows {
+    /// The mapper for `table` (normally the PLE table) of `model`.
+    pub fn from_model(model: &Model, table: &Table) -> Result<Self, NgramError> {
+        Self::from_metadata(model.metadata(), table.row_elems, table.n_rows)
+    }
+
+    /// The mapper for a table of `n_rows` rows of `row_elems` elements,
+    /// described by `md`: `general.architecture` picks it, and
+    /// `<arch>.embedding_length_per_layer_input` must match the rows
+    /// (qwen4exp: equal to `row_elems`, required; gemma4: `row_elems` is
+    /// that times `gemma4.block_count`, checked when the keys are present).
+    pub fn from_metadata(md: &Metadata, row_elems: u64, n_rows: u64) -> Result<Self, NgramError> {
+        let arch = match md.get("general.architecture") {
+            None => None,
+            Some(v) => Some(v.as_str().ok_or_else(|| NgramError::WrongKeyType {
+                key: "general.architecture".into(),
+                found: describe(v),
+                expected: "a string",
+            })?),
+        };
+        match arch {
+            Some(QWEN_ARCH) => {
+                let k = KeyReader::new(md, QWEN_ARCH);
+                let width = k.u32(keys::ROW_WIDTH)?;
+                if u64::from(width) != row_elems {
+                    return Err(NgramError::RowWidth {
+                        key: k.full(keys::ROW_WIDTH),
+                        value: width.into(),
+                        row_elems,
+                        detail: String::new(),
+                    });
+                }
+                Ok(Self::Qwen(QwenNgramParams::from_metadata(md, n_rows)?))
+            }
+            Some(GEMMA_ARCH) => {
+                let k = KeyReader::new(md, GEMMA_ARCH);
+                if let Some(width) = k.opt_u32(keys::ROW_WIDTH)? {
+                    let layers = k.opt_u32(keys::BLOCK_COUNT)?;
+                    let fits = match layers {
+                        Some(l) => u64::from(width) * u64::from(l) == row_elems,
+                        None => width != 0 && row_elems % u64::from(width) == 0,
+                    };
+                    if !fits {
+                        return Err(NgramError::RowWidth {
+                            key: k.full(keys::ROW_WIDTH),
+                            value: width.into(),
+                            row_elems,
+                            detail: match layers {
+                                Some(l) => format!(
+                                    ": {} = {l} layers need rows of {}",
+                                    k.full(keys::BLOCK_COUNT),
+                                    u64::from(width) * u64::from(l)
+                                ),
+                                None => ": rows must hold whole per-layer slices".into(),
+                            },
+                        });
+                    }
+                }
+                Ok(Self::Gemma(Gemma4Rows::new(n_rows)))
+            }
+            other => Err(NgramError::UnknownArchitecture {
+                arch: other.map(str::to_string),
+            }),
+        }
+    }
+
+    /// The architecture name (`qwen4exp` or `gemma4`).
+    pub fn architecture(&self) -> &'static str {
+        match self {
+            Self::Qwen(_) => QWEN_ARCH,
+            Self::Gemma(_) => GEMMA_ARCH,
+        }
+    }
+
+    /// Row ids per token (16 for the released qwen4exp, 1 for gemma4).
+    pub fn rows_per_token(&self) -> usize {
+        match self {
+            Self::Qwen(p) => p.n_heads(),
+            Self::Gemma(_) => 1,
+        }
+    }
+
+    /// The n-gram parameters, for qwen4exp.
+    pub fn qwen(&self) -> Option<&QwenNgramParams> {
+        match self {
+            Self::Qwen(p) => Some(p),
+            Self::Gemma(_) => None,
+        }
+    }
+
+    /// A fresh sequence: map its batches in order with [`RowMapper`].
+    pub fn sequence(&self) -> ModelSequence<'_> {
+        match self {
+            Self::Qwen(p) => ModelSequence::Qwen(p.sequence()),
+            Self::Gemma(g) => ModelSequence::Gemma(*g),
+        }
+    }
+}
+
+/// One sequence of a [`ModelRows`] mapper (see [`ModelRows::sequence`]).
+#[derive(Debug, Clone)]
+pub enum ModelSequence<'p> {
+    /// A qwen4exp sequence, with its history.
+    Qwen(QwenSequence<'p>),
+    /// gemma4 (stateless).
+    Gemma(Gemma4Rows),
+}
+
+impl RowMapper for ModelSequence<'_> {
+    fn rows_per_token(&self) -> usize {
+        match self {
+            Self::Qwen(s) => s.rows_per_token(),
+            Self::Gemma(g) => g.rows_per_token(),
+        }
+    }
+
+    fn map_into(&mut self, tokens: &[u32], out: &mut [u64]) -> Result<(), NgramError> {
+        match self {
+            Self::Qwen(s) => s.map_into(tokens, out),
+            Self::Gemma(g) => g.map_into(tokens, out),
+        }
     }
 }
 
@@ -566,6 +856,199 @@ mod tests {
         assert_eq!(h.context(&p), vec![6, 5]);
         h.advance(&p, &[p.eos_token_id()]);
         assert_eq!(h.context(&p), vec![eos, eos]);
+    }
+
+    use crate::gguf::Array;
+    use crate::quant::GgmlType;
+    use crate::synth::{self, SynthSpec};
+
+    /// Metadata of `spec`, with `edit` applied to each (key, value) pair
+    /// (returning `None` drops the pair).
+    fn synth_md(spec: &SynthSpec, edit: impl Fn(&str, Value) -> Option<Value>) -> Metadata {
+        let mut md = Metadata::new();
+        for (k, v) in spec.metadata().unwrap() {
+            if let Some(v) = edit(&k, v) {
+                md.insert(k, v).unwrap();
+            }
+        }
+        md
+    }
+
+    fn qwen_spec(rows: u64) -> SynthSpec {
+        SynthSpec::qwen(GgmlType::IQ4_NL, rows, 1)
+    }
+
+    fn qwen_md_without(suffix: &str) -> Metadata {
+        let drop = format!("qwen4exp.{suffix}");
+        synth_md(&qwen_spec(100_000), |k, v| (k != drop).then_some(v))
+    }
+
+    fn qwen_md_with(suffix: &str, value: Value) -> Metadata {
+        let key = format!("qwen4exp.{suffix}");
+        synth_md(&qwen_spec(100_000), |k, v| {
+            Some(if k == key { value.clone() } else { v })
+        })
+    }
+
+    #[test]
+    fn synth_metadata_gives_the_intended_params() {
+        for rows in [synth::QWEN_FULL_ROWS, 100_000, 381] {
+            let md = synth_md(&qwen_spec(rows), |_, v| Some(v));
+            let heads = synth::QwenHeads::for_rows(rows).unwrap();
+            let want = QwenNgramParams::new(
+                3,
+                8,
+                synth::QWEN_EOS,
+                Some(synth::QWEN_IMAGE),
+                synth::QWEN_MULTIPLIERS.to_vec(),
+                heads.sizes,
+                heads.offsets,
+                rows,
+            )
+            .unwrap();
+            let got = ModelRows::from_metadata(&md, 160, rows).unwrap();
+            assert_eq!(got, ModelRows::Qwen(want.clone()), "rows {rows}");
+            assert_eq!(QwenNgramParams::from_metadata(&md, rows).unwrap(), want);
+            assert_eq!(got.architecture(), "qwen4exp");
+            assert_eq!(got.rows_per_token(), 16);
+        }
+        let md = synth_md(&qwen_spec(synth::QWEN_FULL_ROWS), |_, v| Some(v));
+        let full = QwenNgramParams::from_metadata(&md, synth::QWEN_FULL_ROWS).unwrap();
+        assert_eq!(full, QwenNgramParams::released());
+    }
+
+    #[test]
+    fn missing_keys_are_named() {
+        for suffix in [
+            keys::ROW_WIDTH,
+            keys::NGRAM_SIZE,
+            keys::HEADS_PER_NGRAM,
+            keys::EOS_TOKEN_ID,
+            keys::LAYER_MULTIPLIERS,
+            keys::HEAD_VOCAB_SIZES,
+            keys::HEAD_OFFSETS,
+        ] {
+            let err = ModelRows::from_metadata(&qwen_md_without(suffix), 160, 100_000).unwrap_err();
+            let key = format!("qwen4exp.{suffix}");
+            assert_eq!(err, NgramError::MissingKey { key: key.clone() });
+            assert!(err.to_string().contains(&key), "{err}");
+        }
+        // optional keys
+        let p = QwenNgramParams::from_metadata(&qwen_md_without(keys::IMAGE_TOKEN_ID), 100_000);
+        assert_eq!(p.unwrap().image_token_id(), None);
+        assert!(QwenNgramParams::from_metadata(&qwen_md_without(keys::LAYERS), 100_000).is_ok());
+    }
+
+    #[test]
+    fn wrong_key_types_are_named() {
+        let cases = [
+            (keys::NGRAM_SIZE, Value::F32(3.0), "f32 3"),
+            (keys::EOS_TOKEN_ID, Value::U64(1 << 32), "u64 4294967296"),
+            (keys::HEADS_PER_NGRAM, Value::I32(-8), "i32 -8"),
+            (keys::IMAGE_TOKEN_ID, Value::String("x".into()), "string"),
+            (
+                keys::HEAD_OFFSETS,
+                Value::Array(Array::I32(vec![0, -1])),
+                "[i32; 2]",
+            ),
+            (keys::LAYER_MULTIPLIERS, Value::U64(7), "u64 7"),
+            (
+                keys::LAYERS,
+                Value::Array(Array::F32(vec![1.0])),
+                "[f32; 1]",
+            ),
+        ];
+        for (suffix, value, found) in cases {
+            let err =
+                QwenNgramParams::from_metadata(&qwen_md_with(suffix, value), 100_000).unwrap_err();
+            let NgramError::WrongKeyType { key, found: f, .. } = &err else {
+                panic!("{suffix}: {err:?}");
+            };
+            assert_eq!(key, &format!("qwen4exp.{suffix}"));
+            assert!(f.starts_with(found), "{suffix}: {f}");
+            assert!(err.to_string().contains(key.as_str()), "{err}");
+        }
+        // any integer type in range is accepted
+        let md = qwen_md_with(keys::NGRAM_SIZE, Value::U8(3));
+        assert!(QwenNgramParams::from_metadata(&md, 100_000).is_ok());
+        let md = qwen_md_with(keys::LAYERS, Value::Array(Array::I32(vec![1, 2])));
+        assert!(matches!(
+            QwenNgramParams::from_metadata(&md, 100_000),
+            Err(NgramError::ArrayLength {
+                key: keys::LAYERS,
+                len: 2,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn row_width_and_architecture_are_checked() {
+        let md = synth_md(&qwen_spec(100_000), |_, v| Some(v));
+        let err = ModelRows::from_metadata(&md, 256, 100_000).unwrap_err();
+        assert!(
+            matches!(&err, NgramError::RowWidth { key, value: 160, row_elems: 256, .. }
+                if key == "qwen4exp.embedding_length_per_layer_input"),
+            "{err:?}"
+        );
+        // validation against the table's rows still applies
+        assert!(matches!(
+            ModelRows::from_metadata(&md, 160, 99_000),
+            Err(NgramError::HeadOutOfTable { .. })
+        ));
+
+        let gemma = SynthSpec::gemma(GgmlType::Q8_0, 1000, 2, 0);
+        let md = synth_md(&gemma, |_, v| Some(v));
+        let rows = ModelRows::from_metadata(&md, 512, 1000).unwrap();
+        assert_eq!(rows, ModelRows::Gemma(Gemma4Rows::new(1000)));
+        assert_eq!((rows.architecture(), rows.rows_per_token()), ("gemma4", 1));
+        assert!(rows.qwen().is_none());
+        let err = ModelRows::from_metadata(&md, 768, 1000).unwrap_err();
+        assert!(err.to_string().contains("gemma4.block_count = 2"), "{err}");
+        let no_count = synth_md(&gemma, |k, v| (k != "gemma4.block_count").then_some(v));
+        assert!(ModelRows::from_metadata(&no_count, 768, 1000).is_ok());
+        assert!(ModelRows::from_metadata(&no_count, 700, 1000).is_err());
+
+        let llama = synth_md(&gemma, |k, v| {
+            Some(if k == "general.architecture" {
+                Value::String("llama".into())
+            } else {
+                v
+            })
+        });
+        let err = ModelRows::from_metadata(&llama, 512, 1000).unwrap_err();
+        assert_eq!(
+            err,
+            NgramError::UnknownArchitecture {
+                arch: Some("llama".into())
+            }
+        );
+        assert!(err.to_string().contains("\"llama\""), "{err}");
+        let none = synth_md(&gemma, |k, v| (k != "general.architecture").then_some(v));
+        let err = ModelRows::from_metadata(&none, 512, 1000).unwrap_err();
+        assert_eq!(err, NgramError::UnknownArchitecture { arch: None });
+    }
+
+    #[test]
+    fn model_sequences_map_like_their_mappers() {
+        let tokens = [9707, 11, 1879, 248_044, 5, 6, 7];
+        let rows = ModelRows::Qwen(QwenNgramParams::released());
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let mut seq = rows.sequence();
+        assert_eq!(seq.rows_per_token(), 16);
+        seq.map_tokens(&tokens[..2], &mut a).unwrap();
+        seq.map_tokens(&tokens[2..], &mut a).unwrap();
+        QwenNgramParams::released()
+            .sequence()
+            .map_tokens(&tokens, &mut b)
+            .unwrap();
+        assert_eq!(a, b);
+
+        let rows = ModelRows::Gemma(Gemma4Rows::new(10));
+        let mut out = Vec::new();
+        rows.sequence().map_tokens(&[3, 9], &mut out).unwrap();
+        assert_eq!(out, [3, 9]);
+        assert!(rows.sequence().map_tokens(&[10], &mut out).is_err());
     }
 
     #[test]
