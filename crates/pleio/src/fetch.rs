@@ -4,30 +4,40 @@
 //! only in how the row bytes get from the disk into memory. This stage
 //! validates every id before any I/O, so a bad id never yields partial output.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use crate::map::Mapping;
 use crate::model::Model;
+use crate::plan::{Bounds, Planner, RowSpan};
 use crate::quant::{DecodeError, RowDecoder};
+use crate::sys::{self, AdviceOutcome, Advisor, MemRun};
 use crate::table::{Table, TableError};
 
 /// How row bytes are brought in from the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Strategy {
-    /// Plain read-only mapping: each cold row is a synchronous page fault.
+    /// Plain read-only mapping (the table's pages `MADV_RANDOM`): each cold
+    /// row is a synchronous page fault.
     Fault,
+    /// The reference design: the batch's row pages are planned, sorted,
+    /// merged and `MADV_WILLNEED`-advised in chunks of up to 256 rows, then
+    /// the same mapped gather as `Fault` runs on pages already being read.
+    Advise,
 }
 
 impl Strategy {
     /// Every strategy this build has.
-    pub const ALL: &'static [Strategy] = &[Strategy::Fault];
+    pub const ALL: &'static [Strategy] = &[Strategy::Fault, Strategy::Advise];
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Fault => "fault",
+            Strategy::Advise => "advise",
         }
     }
 }
@@ -71,6 +81,14 @@ pub enum GatherError {
         /// Row bytes.
         len: u64,
     },
+    /// A row's bytes lie in a fragment of the file that was unmapped.
+    #[error("row bytes at offset {offset} (+{len}) lie in an unmapped fragment of the file")]
+    Unmapped {
+        /// Absolute offset of the row.
+        offset: u64,
+        /// Row bytes.
+        len: u64,
+    },
     /// The output buffer does not hold `rows * row_elems` floats.
     #[error("output holds {got} floats but {rows} rows of {row_elems} need {need}")]
     OutputLength {
@@ -92,25 +110,92 @@ pub struct GatherStats {
     pub rows: u64,
     /// Row bytes copied out of the file (duplicates counted).
     pub bytes: u64,
+    /// Distinct pages the rows touch (with detailed stats).
+    pub pages: Option<u64>,
+    /// Page runs handed to the kernel as advice.
+    pub runs_advised: u64,
+    /// Advice system calls made.
+    pub advice_syscalls: u64,
+    /// Runs (or calls) whose advice the kernel refused; those rows were
+    /// demand-paged, the output is unaffected.
+    pub advice_failures: u64,
+    /// Major page faults taken by the gathering thread during the gather
+    /// (with detailed stats, where the OS can tell).
+    pub major_faults: Option<u64>,
 }
 
-/// Gathers rows of one table of an open model.
+/// Where a reader's bytes come from.
+#[derive(Debug, Clone)]
+enum Source {
+    Model(Arc<Model>),
+    Mapping(Arc<Mapping>),
+}
+
+/// Per-thread reusable planning storage, so a warm gather allocates nothing.
+#[derive(Default)]
+struct Scratch {
+    planner: Planner,
+    mem: Vec<MemRun>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Gathers rows of one table of an open model (or of one mapped file).
+///
+/// Safe to share between threads: `gather` takes `&self`.
 #[derive(Debug, Clone)]
 pub struct TableReader {
-    model: Arc<Model>,
+    source: Source,
     table: Table,
     decoder: RowDecoder,
+    advisor: Arc<dyn Advisor>,
+    detailed: bool,
 }
 
 impl TableReader {
     /// A reader for `table` of `model`; fails if the type has no decoder.
+    /// Registers the table's bytes as a lazy range of its shard's mapping.
     pub fn new(model: Arc<Model>, table: Table) -> Result<TableReader, GatherError> {
+        TableReader::with_source(Source::Model(model), table)
+    }
+
+    /// A reader for `table` (offsets in the file of `mapping`), e.g. for an
+    /// engine that maps and unmaps fragments itself.
+    pub fn from_mapping(mapping: Arc<Mapping>, table: Table) -> Result<TableReader, GatherError> {
+        TableReader::with_source(Source::Mapping(mapping), table)
+    }
+
+    fn with_source(source: Source, table: Table) -> Result<TableReader, GatherError> {
         let decoder = RowDecoder::new(table.ty)?;
-        Ok(TableReader {
-            model,
+        let reader = TableReader {
+            source,
             table,
             decoder,
-        })
+            advisor: sys::os_advisor(),
+            detailed: false,
+        };
+        if let Some(m) = reader.mapping() {
+            let t = &reader.table;
+            let range = t.offset..t.offset.saturating_add(t.bytes());
+            // A table outside its file is reported by the gather, row by row.
+            let _ = m.register_lazy(range, &*reader.advisor);
+        }
+        Ok(reader)
+    }
+
+    /// Uses `advisor` for page advice (tests pass a recording one).
+    pub fn with_advisor(mut self, advisor: Arc<dyn Advisor>) -> TableReader {
+        self.advisor = advisor;
+        self
+    }
+
+    /// Also reports distinct pages and major faults in every
+    /// [`GatherStats`] (costs a plan and two `getrusage` calls per gather).
+    pub fn with_detailed_stats(mut self, on: bool) -> TableReader {
+        self.detailed = on;
+        self
     }
 
     /// The table read.
@@ -123,8 +208,27 @@ impl TableReader {
         self.table.row_elems as usize
     }
 
+    /// The mapping holding the table, if its shard exists.
+    pub fn mapping(&self) -> Option<&Mapping> {
+        match &self.source {
+            Source::Model(m) => m.shard_mapping(self.table.shard),
+            Source::Mapping(m) => Some(m),
+        }
+    }
+
+    fn span(&self) -> RowSpan {
+        RowSpan {
+            offset: self.table.offset,
+            row_bytes: self.table.row_bytes,
+            n_rows: self.table.n_rows,
+        }
+    }
+
     /// Decodes `rows` (in request order, duplicates repeated) into `out`,
     /// which must hold `rows.len() * row_elems` floats.
+    ///
+    /// Every id is checked first: a bad id fails the gather before any I/O.
+    /// Output bytes are the same for every strategy.
     pub fn gather(
         &self,
         strategy: Strategy,
@@ -142,33 +246,95 @@ impl TableReader {
             });
         }
         self.table.check_rows(rows)?;
-        match strategy {
-            Strategy::Fault => self.gather_mapped(rows, out),
-        }
-    }
-
-    /// The straight mapped path: copy-free decode from the mapping.
-    fn gather_mapped(&self, rows: &[u64], out: &mut [f32]) -> Result<GatherStats, GatherError> {
-        let bytes = self
-            .model
-            .shard_mapping(self.table.shard)
-            .map_or(&[][..], |m| m.as_slice());
-        let rb = self.table.row_bytes as usize;
-        for (&row, dst) in rows.iter().zip(out.chunks_exact_mut(self.row_elems())) {
-            let start = self.table.row_offset(row)?;
-            // The model checked at open that the tensor lies inside its file.
-            let src = usize::try_from(start)
-                .ok()
-                .and_then(|s| bytes.get(s..s + rb))
-                .ok_or(GatherError::OutsideFile {
-                    offset: start,
-                    len: rb as u64,
-                })?;
-            self.decoder.decode(src, dst)?;
-        }
-        Ok(GatherStats {
+        let faults_before = self.detailed.then(sys::thread_major_faults).flatten();
+        let mut stats = GatherStats {
             rows: rows.len() as u64,
             bytes: rows.len() as u64 * self.table.row_bytes,
-        })
+            ..GatherStats::default()
+        };
+        match strategy {
+            Strategy::Fault if self.detailed => self.plan(rows, &mut stats, false),
+            Strategy::Fault => {}
+            Strategy::Advise => self.plan(rows, &mut stats, true),
+        }
+        self.gather_mapped(rows, out)?;
+        if let Some(before) = faults_before {
+            stats.major_faults = sys::thread_major_faults().map(|now| now.saturating_sub(before));
+        }
+        Ok(stats)
+    }
+
+    /// Plans the pages of `rows`; with `advise`, advises them chunk by chunk
+    /// through the mapping (which refuses anything outside its retained
+    /// fragments). Never fails: advice problems are counted.
+    fn plan(&self, rows: &[u64], stats: &mut GatherStats, advise: bool) {
+        let Some(m) = self.mapping() else { return };
+        let t = &self.table;
+        // Only a table wholly inside one lazy range is planned.
+        let Some(lazy) = m.lazy_range_containing(t.offset, t.bytes()) else {
+            return;
+        };
+        let bounds = Bounds {
+            page: m.page_size(),
+            lazy,
+            file_len: m.len() as u64,
+            retained: m.retained(),
+        };
+        let mut run = |s: &mut Scratch| {
+            s.planner.plan(self.span(), rows, &bounds);
+            if advise {
+                let mut outcome = AdviceOutcome::default();
+                let Scratch { planner, mem } = s;
+                for chunk in planner.chunks().filter(|c| !c.is_empty()) {
+                    outcome.add(m.advise_will_need(chunk, &*self.advisor, mem));
+                }
+                stats.runs_advised = outcome.runs;
+                stats.advice_syscalls = outcome.syscalls;
+                stats.advice_failures = outcome.failures;
+            }
+            if self.detailed {
+                stats.pages = Some(s.planner.distinct_pages());
+            }
+        };
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut s) => run(&mut s),
+            Err(_) => run(&mut Scratch::default()),
+        });
+    }
+
+    /// The straight mapped path: copy-free decode from the mapping. Never
+    /// reads outside the retained fragments: such a row is an error.
+    fn gather_mapped(&self, rows: &[u64], out: &mut [f32]) -> Result<(), GatherError> {
+        let t = &self.table;
+        let rb = t.row_bytes;
+        let mapping = self.mapping();
+        // Usual case: the whole table is mapped, one check for all rows.
+        let whole = mapping.and_then(|m| m.bytes(t.offset, t.bytes()));
+        for (&row, dst) in rows.iter().zip(out.chunks_exact_mut(self.row_elems())) {
+            let src = match whole {
+                Some(tb) => {
+                    // check_rows passed, so the row lies inside `tb`.
+                    let s = (row * rb) as usize;
+                    tb.get(s..s + rb as usize).ok_or(GatherError::OutsideFile {
+                        offset: t.offset + row * rb,
+                        len: rb,
+                    })?
+                }
+                None => {
+                    let offset = t.row_offset(row)?;
+                    let inside = offset
+                        .checked_add(rb)
+                        .zip(mapping)
+                        .is_some_and(|(end, m)| end <= m.len() as u64);
+                    match mapping.and_then(|m| m.bytes(offset, rb)) {
+                        Some(b) => b,
+                        None if inside => return Err(GatherError::Unmapped { offset, len: rb }),
+                        None => return Err(GatherError::OutsideFile { offset, len: rb }),
+                    }
+                }
+            };
+            self.decoder.decode(src, dst)?;
+        }
+        Ok(())
     }
 }

@@ -17,3 +17,4 @@ pub mod sys;
 pub mod table;
 pub mod tokenizer;
 pub mod io;
+pub mod plan;

@@ -24,7 +24,8 @@ impl Shard {
     fn open(path: &Path) -> Result<Shard, GgufError> {
         let file = File::open(path).map_err(|e| GgufError::io(Some(path), e))?;
         let mapping = Mapping::map(&file).map_err(|e| GgufError::io(Some(path), e))?;
-        let gguf = GgufFile::parse(mapping.as_slice()).map_err(|e| e.in_file(path))?;
+        let gguf = GgufFile::parse(mapping.bytes(0, mapping.len() as u64).unwrap_or_default())
+            .map_err(|e| e.in_file(path))?;
         Ok(Shard {
             path: path.to_path_buf(),
             mapping,
@@ -262,7 +263,9 @@ impl Model {
             return None;
         }
         let r = t.file_range();
-        let bytes = self.shards.get(t.shard)?.mapping.as_slice();
-        bytes.get(usize::try_from(r.start).ok()?..usize::try_from(r.end).ok()?)
+        self.shards
+            .get(t.shard)?
+            .mapping
+            .bytes(r.start, r.end - r.start)
     }
 }

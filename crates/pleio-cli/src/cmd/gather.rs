@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::ValueEnum;
-use pleio::fetch::{Strategy, TableReader};
+use pleio::fetch::{GatherStats, Strategy, TableReader};
 use pleio::model::Model;
 use pleio::table::Table;
 use serde_json::json;
@@ -31,7 +31,12 @@ pub struct Args {
     /// A GGUF file, or any shard of a split set.
     file: PathBuf,
     /// Row ids, comma-separated (e.g. 1,5,9).
-    #[arg(long, value_delimiter = ',', conflicts_with = "rows_file", required_unless_present = "rows_file")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        conflicts_with = "rows_file",
+        required_unless_present = "rows_file"
+    )]
     rows: Vec<u64>,
     /// File of row ids separated by whitespace or commas (or a JSON array).
     #[arg(long)]
@@ -80,8 +85,8 @@ pub fn parse_row_list(text: &str, source: &str) -> Result<Vec<u64>> {
 pub fn run(a: Args) -> Result<()> {
     let rows = match &a.rows_file {
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("reading {}", p.display()))?;
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
             parse_row_list(&text, &p.display().to_string())?
         }
         None => a.rows.clone(),
@@ -89,7 +94,7 @@ pub fn run(a: Args) -> Result<()> {
     let model = Arc::new(Model::open(&a.file)?);
     let table = Table::from_model(&model, a.tensor.as_deref())
         .with_context(|| a.file.display().to_string())?;
-    let reader = TableReader::new(model, table)?;
+    let reader = TableReader::new(model, table)?.with_detailed_stats(a.stats || a.json);
     let elems = reader.row_elems();
     let mut out = vec![0f32; rows.len() * elems];
     // Every id is checked before any output is created.
@@ -109,27 +114,44 @@ pub fn run(a: Args) -> Result<()> {
         Ok(())
     })?;
     if a.stats || a.json {
-        let j = json!({
-            "strategy": a.strategy.name(),
-            "tensor": reader.table().name,
-            "rows": stats.rows,
-            "bytes": stats.bytes,
-            "output": a.output.display().to_string(),
-        });
-        if a.json {
-            println!("{j}");
-        } else {
-            println!(
-                "gathered {} rows ({} row bytes) of {} with strategy {} into {}",
-                stats.rows,
-                stats.bytes,
-                reader.table().name,
-                a.strategy,
-                a.output.display()
-            );
-        }
+        print_stats(&a, reader.table(), &stats);
     }
     Ok(())
+}
+
+/// Prints what the gather did: one JSON object with `--json`, else lines.
+fn print_stats(a: &Args, table: &Table, stats: &GatherStats) {
+    if a.json {
+        let j = json!({
+            "strategy": a.strategy.name(),
+            "tensor": table.name,
+            "rows": stats.rows,
+            "bytes": stats.bytes,
+            "distinct_pages": stats.pages,
+            "runs_advised": stats.runs_advised,
+            "advice_syscalls": stats.advice_syscalls,
+            "advice_failures": stats.advice_failures,
+            "major_faults": stats.major_faults,
+            "output": a.output.display().to_string(),
+        });
+        println!("{j}");
+        return;
+    }
+    let opt = |v: Option<u64>| v.map_or_else(|| "n/a".to_string(), |v| v.to_string());
+    println!(
+        "gathered {} rows ({} row bytes) of {} with strategy {} into {}",
+        stats.rows,
+        stats.bytes,
+        table.name,
+        a.strategy,
+        a.output.display()
+    );
+    println!("  rows requested   {}", stats.rows);
+    println!("  distinct pages   {}", opt(stats.pages));
+    println!("  runs advised     {}", stats.runs_advised);
+    println!("  advice syscalls  {}", stats.advice_syscalls);
+    println!("  advice failures  {}", stats.advice_failures);
+    println!("  major faults     {}", opt(stats.major_faults));
 }
 
 /// NumPy format 1.0 header for a C-order `<f4` array of `(rows, cols)`.
@@ -166,4 +188,3 @@ mod tests {
         assert!(v.ends_with(b"\n"));
     }
 }
-

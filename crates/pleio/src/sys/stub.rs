@@ -1,12 +1,50 @@
-//! Fallback OS layer for platforms without the needed calls: reports
-//! nothing, so callers take their portable paths.
+//! No-op OS layer: advises nothing, counts nothing, evicts nothing.
+//!
+//! Selected on platforms without the needed calls and on Linux by the
+//! `noop-os` feature; compiled in every build so it cannot rot. Gathers still
+//! work through it, on demand paging alone.
 
+use std::fs::File;
+use std::io;
+use std::ops::Range;
 use std::path::Path;
 
+use super::{AdviceMode, AdviceOutcome, MemRun};
+
+pub(super) const NOOP: bool = true;
+
+/// Only used where the OS cannot be asked (non-Unix targets).
 pub(super) fn page_size() -> u64 {
     4096
 }
 
 pub(super) fn free_bytes(_path: &Path) -> Option<u64> {
+    None
+}
+
+pub(super) fn thread_major_faults() -> Option<u64> {
+    None
+}
+
+pub(super) fn evict(_file: &File, _range: Range<u64>) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "page-cache eviction is not available in this build",
+    ))
+}
+
+pub(super) fn will_need(_runs: &[MemRun], _mode: AdviceMode) -> AdviceOutcome {
+    AdviceOutcome::default()
+}
+
+pub(super) fn random(_run: MemRun) -> bool {
+    true
+}
+
+pub(super) unsafe fn dont_need_shared(_run: MemRun) -> bool {
+    false
+}
+
+pub(super) fn resident_pages(_run: MemRun, _page: u64, _buf: &mut Vec<u8>) -> Option<u64> {
     None
 }

@@ -1,0 +1,176 @@
+//! Linux page advice, fault counters and cache eviction.
+
+use std::fs::File;
+use std::io;
+use std::mem::MaybeUninit;
+use std::ops::Range;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+use super::{AdviceMode, AdviceOutcome, MemRun, ADVICE_BATCH};
+
+pub(super) const NOOP: bool = false;
+
+pub(super) fn thread_major_faults() -> Option<u64> {
+    let mut ru = MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: `ru` is writable memory of the right type; getrusage fills it
+    // on success and has no other effect.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, ru.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: getrusage returned 0, so `ru` is initialized.
+    let ru = unsafe { ru.assume_init() };
+    u64::try_from(ru.ru_majflt).ok()
+}
+
+pub(super) fn evict(file: &File, range: Range<u64>) -> io::Result<()> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidInput, "range too large");
+    let off = i64::try_from(range.start).map_err(|_| bad())?;
+    let len = i64::try_from(range.end.saturating_sub(range.start)).map_err(|_| bad())?;
+    // SAFETY: posix_fadvise only drops clean page-cache pages of a valid fd;
+    // it touches no memory of this process.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, len, libc::POSIX_FADV_DONTNEED) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(rc))
+    }
+}
+
+fn madvise(run: MemRun, advice: libc::c_int) -> bool {
+    // SAFETY: only MADV_WILLNEED and MADV_RANDOM are passed here: they start
+    // readahead or change the readahead hint, never memory contents or which
+    // pages are mapped. The kernel validates the range (EINVAL / ENOMEM).
+    unsafe { libc::madvise(run.addr as *mut libc::c_void, run.len, advice) == 0 }
+}
+
+pub(super) fn random(run: MemRun) -> bool {
+    madvise(run, libc::MADV_RANDOM)
+}
+
+pub(super) unsafe fn dont_need_shared(run: MemRun) -> bool {
+    // SAFETY: the caller guarantees `run` is inside a read-only shared file
+    // mapping, where MADV_DONTNEED only drops page-table entries.
+    unsafe { libc::madvise(run.addr as *mut libc::c_void, run.len, libc::MADV_DONTNEED) == 0 }
+}
+
+pub(super) fn resident_pages(run: MemRun, page: u64, buf: &mut Vec<u8>) -> Option<u64> {
+    let n = (run.len as u64).div_ceil(page.max(1)) as usize;
+    buf.clear();
+    buf.resize(n, 0);
+    // SAFETY: `buf` has one writable byte per page of `run`; mincore only
+    // writes there and fails (ENOMEM) on unmapped addresses.
+    let rc = unsafe { libc::mincore(run.addr as *mut libc::c_void, run.len, buf.as_mut_ptr()) };
+    (rc == 0).then(|| buf.iter().filter(|&&b| b & 1 != 0).count() as u64)
+}
+
+/// False once `process_madvise` turned out to be missing or refused.
+static BATCH_OK: AtomicBool = AtomicBool::new(true);
+
+/// A pidfd of this process, opened once.
+fn self_pidfd() -> Option<RawFd> {
+    static PIDFD: OnceLock<Option<OwnedFd>> = OnceLock::new();
+    PIDFD
+        .get_or_init(|| {
+            // SAFETY: pidfd_open(getpid(), 0) creates a new fd and touches
+            // no memory.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+            let fd = RawFd::try_from(fd).ok().filter(|&fd| fd >= 0)?;
+            // SAFETY: `fd` was just returned by the kernel and is owned by
+            // nobody else.
+            Some(unsafe { OwnedFd::from_raw_fd(fd) })
+        })
+        .as_ref()
+        .map(|fd| fd.as_raw_fd())
+}
+
+/// One `process_madvise(MADV_WILLNEED)` over `runs` (at most
+/// [`ADVICE_BATCH`]): `Ok(bytes advised)` or the error.
+fn process_willneed(fd: RawFd, runs: &[MemRun]) -> Result<usize, i32> {
+    let empty = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    };
+    let mut iov = [empty; ADVICE_BATCH];
+    let n = runs.len().min(ADVICE_BATCH);
+    for (v, r) in iov.iter_mut().zip(&runs[..n]) {
+        v.iov_base = r.addr as *mut libc::c_void;
+        v.iov_len = r.len;
+    }
+    // SAFETY: `iov` holds `n` valid iovecs that outlive the call; the kernel
+    // only reads them. MADV_WILLNEED starts readahead and never changes
+    // memory contents or mappings; bad ranges are refused with an errno.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_process_madvise,
+            fd,
+            iov.as_ptr(),
+            n,
+            libc::MADV_WILLNEED,
+            0u32,
+        )
+    };
+    usize::try_from(ret).map_err(|_| io::Error::last_os_error().raw_os_error().unwrap_or(0))
+}
+
+pub(super) fn will_need(runs: &[MemRun], mode: AdviceMode) -> AdviceOutcome {
+    let mut out = AdviceOutcome {
+        runs: runs.len() as u64,
+        ..AdviceOutcome::default()
+    };
+    let mut rest = runs;
+    if mode == AdviceMode::Batched {
+        while !rest.is_empty() && BATCH_OK.load(Ordering::Relaxed) {
+            let Some(fd) = self_pidfd() else {
+                BATCH_OK.store(false, Ordering::Relaxed);
+                break;
+            };
+            let batch = &rest[..rest.len().min(ADVICE_BATCH)];
+            let total: usize = batch.iter().map(|r| r.len).sum();
+            out.syscalls += 1;
+            match process_willneed(fd, batch) {
+                Ok(done) if done >= total => rest = &rest[batch.len()..],
+                Ok(done) => {
+                    // Stopped at the run holding byte `done`: it failed.
+                    let mut acc = 0;
+                    let k = batch
+                        .iter()
+                        .take_while(|r| {
+                            acc += r.len;
+                            acc <= done
+                        })
+                        .count();
+                    out.failures += 1;
+                    rest = &rest[(k + 1).min(rest.len())..];
+                }
+                Err(libc::EINTR | libc::EAGAIN) => {
+                    // Interrupted: this batch run by run, then carry on.
+                    per_run(batch, &mut out);
+                    rest = &rest[batch.len()..];
+                }
+                Err(libc::ENOSYS | libc::EPERM | libc::EBADF | libc::ESRCH | libc::EINVAL) => {
+                    // The call itself is unavailable: advise run by run.
+                    BATCH_OK.store(false, Ordering::Relaxed);
+                }
+                Err(_) => {
+                    // The first run was refused (e.g. ENOMEM): skip it.
+                    out.failures += 1;
+                    rest = &rest[1..];
+                }
+            }
+        }
+    }
+    per_run(rest, &mut out);
+    out
+}
+
+fn per_run(runs: &[MemRun], out: &mut AdviceOutcome) {
+    for &r in runs {
+        out.syscalls += 1;
+        if !madvise(r, libc::MADV_WILLNEED) {
+            out.failures += 1;
+        }
+    }
+}
