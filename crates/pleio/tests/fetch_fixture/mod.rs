@@ -1,0 +1,91 @@
+//! Shared fixtures for the fetch tests: a synthetic qwen4exp file, readers
+//! over it, and a reference decode that reads the file with plain `read`
+//! (no mapping, scalar decoder), so every strategy is checked against an
+//! independent path.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::Arc;
+
+use pleio::fetch::TableReader;
+use pleio::model::Model;
+use pleio::quant::{GgmlType, RowDecoder};
+use pleio::synth::SynthSpec;
+use pleio::table::Table;
+
+/// A synthetic model on disk, opened.
+pub struct Fixture {
+    pub file: tempfile::NamedTempFile,
+    pub model: Arc<Model>,
+    pub table: Table,
+}
+
+impl Fixture {
+    /// A qwen4exp IQ4_NL table of `rows` rows (the table ends the file).
+    pub fn qwen(rows: u64, seed: u64) -> Fixture {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let f = file.reopen().unwrap();
+        SynthSpec::qwen(GgmlType::IQ4_NL, rows, seed)
+            .write(f, &mut |_| {})
+            .unwrap();
+        let model = Arc::new(Model::open(file.path()).unwrap());
+        let table = Table::from_model(&model, None).unwrap();
+        Fixture { file, model, table }
+    }
+
+    /// A reader over the model (default OS advisor).
+    pub fn reader(&self) -> TableReader {
+        TableReader::new(self.model.clone(), self.table.clone()).unwrap()
+    }
+
+    /// File length.
+    pub fn file_len(&self) -> u64 {
+        std::fs::metadata(self.file.path()).unwrap().len()
+    }
+
+    /// Reference rows: `pread`-style reads and the scalar decoder.
+    pub fn reference(&self, rows: &[u64]) -> Vec<f32> {
+        let t = &self.table;
+        let dec = RowDecoder::scalar(t.ty).unwrap();
+        let mut f = File::open(self.file.path()).unwrap();
+        let mut buf = vec![0u8; t.row_bytes as usize];
+        let mut out = vec![0f32; rows.len() * t.row_elems as usize];
+        for (&r, dst) in rows.iter().zip(out.chunks_exact_mut(t.row_elems as usize)) {
+            f.seek(SeekFrom::Start(t.offset + r * t.row_bytes)).unwrap();
+            f.read_exact(&mut buf).unwrap();
+            dec.decode(&buf, dst).unwrap();
+        }
+        out
+    }
+
+    /// Rows whose bytes straddle a page boundary (at most `n`).
+    pub fn straddlers(&self, page: u64, n: usize) -> Vec<u64> {
+        let t = &self.table;
+        (0..t.n_rows)
+            .filter(|r| {
+                let s = t.offset + r * t.row_bytes;
+                s / page != (s + t.row_bytes - 1) / page
+            })
+            .take(n)
+            .collect()
+    }
+}
+
+/// Bit patterns, so NaN payloads and signed zeros compare exactly.
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// A small deterministic generator (no dependency on test order).
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
