@@ -353,6 +353,12 @@ mod tests {
         scalar(&src, &mut a);
         simd(&src, &mut b);
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            // Which NaN payload survives `NaN op NaN` depends on operand
+            // order, which the compiler may swap for commutative operations
+            // (Rust and C both leave it unspecified); only NaN-ness is exact.
+            if x.is_nan() && y.is_nan() {
+                continue;
+            }
             assert_eq!(
                 x.to_bits(),
                 y.to_bits(),
@@ -363,10 +369,12 @@ mod tests {
             let (mut a, mut b) = (vec![0f32; k * be], vec![1f32; k * be]);
             scalar(&src[bb..bb + k * bb], &mut a);
             simd(&src[bb..bb + k * bb], &mut b);
-            assert_eq!(
-                a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                b.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
-            );
+            let canon = |v: &[f32]| -> Vec<u32> {
+                v.iter()
+                    .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+                    .collect()
+            };
+            assert_eq!(canon(&a), canon(&b));
         }
     }
 
