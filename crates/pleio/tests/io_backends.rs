@@ -356,3 +356,287 @@ fn uring_probe_reports_clearly() {
         }
     }
 }
+
+/// Cold random page reads on a big file, for the report (no assertions on
+/// time). Run with
+/// `cargo test --release -p pleio --test io_backends -- --ignored --nocapture measure`
+/// (`PLEIO_IO_FILE` picks the file, default `/work/big.gguf`).
+mod measure {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::time::{Duration, Instant};
+
+    const PAGE: usize = 4096;
+
+    /// Drop `file`'s cached pages. This process holds no mapping of it, so
+    /// `POSIX_FADV_DONTNEED` can drop every clean page (pages mapped by other
+    /// processes stay; [`resident`] checks).
+    fn evict(file: &File) {
+        // SAFETY: plain syscall on an open fd; no memory is passed.
+        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(
+            rc,
+            0,
+            "posix_fadvise: {}",
+            std::io::Error::from_raw_os_error(rc)
+        );
+    }
+
+    /// How many of `pages` are in the page cache (`mincore` through a
+    /// temporary mapping that is never touched, so it faults nothing in).
+    fn resident(file: &File, len: u64, pages: &[u64]) -> usize {
+        // SAFETY: a fresh read-only shared mapping of an open file; we never
+        // dereference it, only pass it to mincore, and unmap it before return.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            let mut vec = vec![0u8; (len as usize).div_ceil(PAGE)];
+            let rc = libc::mincore(p, len as usize, vec.as_mut_ptr());
+            libc::munmap(p, len as usize);
+            assert_eq!(rc, 0);
+            pages
+                .iter()
+                .filter(|&&pg| vec[pg as usize] & 1 != 0)
+                .count()
+        }
+    }
+
+    /// Bytes this process has caused to be read from storage.
+    fn read_bytes() -> u64 {
+        std::fs::read_to_string("/proc/self/io")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| {
+                        l.strip_prefix("read_bytes: ")
+                            .map(|v| v.trim().parse().ok())
+                    })
+                    .flatten()
+            })
+            .unwrap_or(0)
+    }
+
+    fn random_pages(rng: &mut Rng, n: usize, n_pages: u64) -> Vec<u64> {
+        let mut set = std::collections::BTreeSet::new();
+        while set.len() < n {
+            set.insert(rng.below(n_pages));
+        }
+        set.into_iter().collect()
+    }
+
+    /// Reads the given pages, staging in the given buffer.
+    type ReadPages = Box<dyn Fn(&[u64], &mut Vec<u8>)>;
+
+    struct Arm {
+        name: String,
+        run: ReadPages,
+    }
+
+    fn plan_of(pages: &[u64]) -> ReadPlan {
+        ReadPlan::packed(pages.iter().map(|&p| (p * PAGE as u64, PAGE))).unwrap()
+    }
+
+    fn backend_arm(name: &str, b: Box<dyn ReadBackend>) -> Arm {
+        Arm {
+            name: name.into(),
+            run: Box::new(move |pages, staging| {
+                let plan = plan_of(pages);
+                staging.resize(plan.staging_len(), 0);
+                b.read(&plan, staging).unwrap();
+            }),
+        }
+    }
+
+    fn stats(mut t: Vec<Duration>) -> (f64, f64, f64) {
+        t.sort();
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let mean = t.iter().map(|&d| us(d)).sum::<f64>() / t.len() as f64;
+        let p99 = t[((t.len() * 99).div_ceil(100)).saturating_sub(1)];
+        (mean, us(t[t.len() / 2]), us(p99))
+    }
+
+    #[test]
+    #[ignore = "measurement: needs a multi-GiB file and minutes"]
+    fn measure_cold_random_pages() {
+        let path = std::env::var("PLEIO_IO_FILE").unwrap_or_else(|_| "/work/big.gguf".into());
+        let path = Path::new(&path);
+        let Ok(file) = File::open(path) else {
+            println!("skipping: no {}", path.display());
+            return;
+        };
+        let len = file.metadata().unwrap().len();
+        let n_pages = len / PAGE as u64;
+        let mut arms = vec![backend_arm(
+            "pread serial",
+            Box::new(PreadBackend::open(path).unwrap()),
+        )];
+        for threads in [16, 32, 64] {
+            let cfg = PoolConfig {
+                threads,
+                ..PoolConfig::default()
+            };
+            arms.push(backend_arm(
+                &format!("pool {threads} threads"),
+                Box::new(PoolBackend::open(path, cfg).unwrap()),
+            ));
+        }
+        for (qd, direct) in [
+            (64, false),
+            (128, false),
+            (32, true),
+            (64, true),
+            (128, true),
+        ] {
+            let cfg = UringConfig {
+                queue_depth: qd,
+                direct,
+                ..UringConfig::default()
+            };
+            match UringBackend::open(path, cfg) {
+                Ok(b) => {
+                    let kind = if direct { "O_DIRECT" } else { "buffered" };
+                    arms.push(backend_arm(&format!("uring {kind} QD{qd}"), Box::new(b)))
+                }
+                Err(e) => println!("skipping uring QD{qd} direct={direct}: {e}"),
+            }
+        }
+        if let Ok(b) = UringBackend::open(
+            path,
+            UringConfig {
+                direct: true,
+                ..UringConfig::default()
+            },
+        ) {
+            arms.push(Arm {
+                name: "limit: read_pages O_DIRECT QD64".into(),
+                run: Box::new(move |pages, _| {
+                    b.read_pages(pages, PAGE).unwrap();
+                }),
+            });
+        }
+        let sizes: Vec<usize> = std::env::var("PLEIO_IO_SIZES")
+            .ok()
+            .map(|s| s.split(',').map(|v| v.parse().unwrap()).collect())
+            .unwrap_or_else(|| vec![16, 1792, 8192]);
+        println!("file {} ({} pages of {PAGE})", path.display(), n_pages);
+        println!(
+            "{:>6} {:<34} {:>5} {:>11} {:>11} {:>11} {:>9} {:>10} {:>9}",
+            "pages",
+            "arm",
+            "reps",
+            "mean_us",
+            "median_us",
+            "p99_us",
+            "IOPS",
+            "dev_KiB/pg",
+            "resident"
+        );
+        let mut staging = Vec::new();
+        for &n in &sizes {
+            let reps = match n {
+                0..=64 => 30,
+                65..=2048 => 10,
+                _ => 5,
+            };
+            // Arms interleaved within each repetition, so drift in the
+            // device (other tenants) spreads over all arms alike.
+            let mut rng = Rng(7 + n as u64);
+            let mut times = vec![Vec::new(); arms.len()];
+            let mut dev = vec![0u64; arms.len()];
+            let mut still = vec![0usize; arms.len()];
+            for _ in 0..reps {
+                for (k, arm) in arms.iter().enumerate() {
+                    let pages = random_pages(&mut rng, n, n_pages);
+                    evict(&file);
+                    still[k] += resident(&file, len, &pages);
+                    let before = read_bytes();
+                    let t = Instant::now();
+                    (arm.run)(&pages, &mut staging);
+                    times[k].push(t.elapsed());
+                    dev[k] += read_bytes() - before;
+                }
+            }
+            for (k, arm) in arms.iter().enumerate() {
+                let (mean, median, p99) = stats(std::mem::take(&mut times[k]));
+                println!(
+                    "{n:>6} {:<34} {reps:>5} {mean:>11.0} {median:>11.0} {p99:>11.0} {:>9.0} {:>10.1} {:>9}",
+                    arm.name,
+                    n as f64 / (mean / 1e6),
+                    dev[k] as f64 / 1024.0 / (n * reps) as f64,
+                    still[k]
+                );
+            }
+        }
+    }
+
+    /// Where the pool's inline split should sit: small batches read inline
+    /// versus handed to the pool, warm and cold.
+    #[test]
+    #[ignore = "measurement: needs a multi-GiB file"]
+    fn measure_pool_split_point() {
+        let path = std::env::var("PLEIO_IO_FILE").unwrap_or_else(|_| "/work/big.gguf".into());
+        let path = Path::new(&path);
+        let Ok(file) = File::open(path) else {
+            println!("skipping: no {}", path.display());
+            return;
+        };
+        let len = file.metadata().unwrap().len();
+        let n_pages = len / PAGE as u64;
+        let inline = PreadBackend::open(path).unwrap();
+        let pool = PoolBackend::open(
+            path,
+            PoolConfig {
+                inline_below: 0,
+                ..PoolConfig::default()
+            },
+        )
+        .unwrap();
+        let mut rng = Rng(99);
+        println!(
+            "{:>5} {:>14} {:>14} {:>14} {:>14}",
+            "pages", "warm inline us", "warm pool us", "cold inline us", "cold pool us"
+        );
+        for n in [1usize, 2, 3, 4, 8, 16, 64] {
+            let mut staging = vec![0u8; n * PAGE];
+            // Rows of 96 bytes inside random pages: what a row gather reads.
+            let plan = |pages: &[u64]| {
+                ReadPlan::packed(pages.iter().map(|&p| (p * PAGE as u64 + 100, 96))).unwrap()
+            };
+            let warm_pages = random_pages(&mut rng, n, n_pages);
+            let wp = plan(&warm_pages);
+            let mut warm = [0f64; 2];
+            for (k, b) in [&inline as &dyn ReadBackend, &pool].into_iter().enumerate() {
+                b.read(&wp, &mut staging).unwrap();
+                let iters = 2000;
+                let t = Instant::now();
+                for _ in 0..iters {
+                    b.read(&wp, &mut staging).unwrap();
+                }
+                warm[k] = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
+            }
+            let mut cold = [0f64; 2];
+            for (k, b) in [&inline as &dyn ReadBackend, &pool].into_iter().enumerate() {
+                let mut times = Vec::new();
+                for _ in 0..20 {
+                    let p = plan(&random_pages(&mut rng, n, n_pages));
+                    evict(&file);
+                    let t = Instant::now();
+                    b.read(&p, &mut staging).unwrap();
+                    times.push(t.elapsed());
+                }
+                cold[k] = stats(times).0;
+            }
+            println!(
+                "{n:>5} {:>14.2} {:>14.2} {:>14.0} {:>14.0}",
+                warm[0], warm[1], cold[0], cold[1]
+            );
+        }
+    }
+}

@@ -13,12 +13,19 @@ use super::{check_staging, pieces, read_exact_at, IoError, ReadBackend, ReadPlan
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolConfig {
     /// Reader threads, created once with the backend. Each blocks in one read
-    /// at a time, so this is the queue depth the device sees.
+    /// at a time, so this is the queue depth the device sees. Default 32:
+    /// on the build machine 16 / 32 / 64 threads read cold random 4 KiB
+    /// pages at ~54-61k / ~59-67k / ~60-66k IOPS (1792 and 8192 pages).
     pub threads: usize,
     /// Batches of fewer read pieces than this run inline on the caller's
-    /// thread (no thread hop). Measured on the build machine: a hop to the
-    /// pool costs ~10-20 us, a cold 4 KiB read ~150 us at queue depth 1,
-    /// so even two cold reads gain from the pool; see `benches/io.rs`.
+    /// thread (no thread hop); a single piece always does. Measured on the
+    /// build machine (`measure_pool_split_point` in `tests/io_backends.rs`,
+    /// medians of noisy runs): cold, 2 pages cost ~170 us inline and ~180 us
+    /// through the pool, 3 pages ~250 vs ~170-190 us, 4 pages ~330 vs
+    /// ~150-210 us, so the pool wins from 3 on. Warm, the hop to the pool
+    /// costs 7-70 us against ~1 us inline at every size up to 64, so warm
+    /// batches should not be sent here at all (the caller's residency check
+    /// decides that, not this threshold).
     pub inline_below: usize,
     /// Spans longer than this are split into pieces read in parallel.
     pub piece_bytes: usize,
@@ -28,7 +35,7 @@ impl Default for PoolConfig {
     fn default() -> Self {
         PoolConfig {
             threads: 32,
-            inline_below: 2,
+            inline_below: 3,
             piece_bytes: 1 << 20,
         }
     }
