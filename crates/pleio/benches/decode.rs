@@ -65,22 +65,8 @@ fn decoders() -> Vec<(String, GgmlType, RowDecoder)> {
     for &ty in GgmlType::ALL.iter().filter(|&&t| can_decode(t)) {
         let fast = RowDecoder::new(ty).expect("decodable");
         let scalar = RowDecoder::scalar(ty).expect("decodable");
-        // The SIMD decoders are exactly the types listed in quant::simd.
-        let has_simd = matches!(
-            ty,
-            GgmlType::IQ4_NL
-                | GgmlType::Q4_0
-                | GgmlType::Q4_1
-                | GgmlType::Q5_0
-                | GgmlType::Q5_1
-                | GgmlType::Q8_0
-                | GgmlType::MXFP4
-                | GgmlType::BF16
-                | GgmlType::F16
-                | GgmlType::Q5_K
-        );
         out.push((ty.name().to_string(), ty, fast));
-        if has_simd {
+        if fast.is_simd() {
             out.push((format!("{}/scalar", ty.name()), ty, scalar));
         }
     }

@@ -85,6 +85,7 @@ fn scalar_kernel(ty: GgmlType) -> Option<BlockFn> {
 pub struct RowDecoder {
     ty: GgmlType,
     kernel: BlockFn,
+    simd: bool,
 }
 
 impl std::fmt::Debug for RowDecoder {
@@ -96,16 +97,29 @@ impl std::fmt::Debug for RowDecoder {
 impl RowDecoder {
     /// The fastest exact decoder this CPU has for `ty`.
     pub fn new(ty: GgmlType) -> Result<Self, DecodeError> {
-        let kernel = simd::kernel(ty)
-            .or_else(|| scalar_kernel(ty))
-            .ok_or(DecodeError::Unsupported(ty))?;
-        Ok(RowDecoder { ty, kernel })
+        if let Some(kernel) = simd::kernel(ty) {
+            return Ok(RowDecoder {
+                ty,
+                kernel,
+                simd: true,
+            });
+        }
+        Self::scalar(ty)
     }
 
     /// The portable scalar reference decoder for `ty`.
     pub fn scalar(ty: GgmlType) -> Result<Self, DecodeError> {
         let kernel = scalar_kernel(ty).ok_or(DecodeError::Unsupported(ty))?;
-        Ok(RowDecoder { ty, kernel })
+        Ok(RowDecoder {
+            ty,
+            kernel,
+            simd: false,
+        })
+    }
+
+    /// True if this decoder is a SIMD kernel (false: the scalar reference).
+    pub fn is_simd(&self) -> bool {
+        self.simd
     }
 
     /// The type this decoder reads.
