@@ -87,7 +87,11 @@ impl Drop for AtomicOutput {
 }
 
 /// Writes `bytes` to `dest` atomically (used for small outputs).
-pub fn write_atomic(dest: &Path, force: bool, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
+pub fn write_atomic(
+    dest: &Path,
+    force: bool,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<()> {
     let (out, file) = AtomicOutput::create(dest, force)?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
     write(&mut w).with_context(|| format!("writing {}", dest.display()))?;

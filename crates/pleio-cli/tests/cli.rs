@@ -32,8 +32,7 @@ fn synth_inspect_gather_round_trip() {
     let f = dir.path().join("q.gguf");
     ok(&["synth", "--rows", "20000", "--seed", "3", "-o", p(&f)]);
 
-    let info: serde_json::Value =
-        serde_json::from_str(&ok(&["inspect", "--json", p(&f)])).unwrap();
+    let info: serde_json::Value = serde_json::from_str(&ok(&["inspect", "--json", p(&f)])).unwrap();
     assert_eq!(info["architecture"], "qwen4exp");
     let t = &info["table"];
     assert_eq!(t["type"], "IQ4_NL");
@@ -61,14 +60,26 @@ fn synth_inspect_gather_round_trip() {
         decode_row(GgmlType::IQ4_NL, &bytes[start..start + 90], &mut want).unwrap();
         let got_row = &got[i * 160..(i + 1) * 160];
         assert!(
-            got_row.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+            got_row
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
             "row {r} differs"
         );
     }
 
     // npy: same floats after a 64-byte-aligned header.
     let npy = dir.path().join("rows.npy");
-    ok(&["gather", p(&f), "--rows", &list, "--format", "npy", "-o", p(&npy)]);
+    ok(&[
+        "gather",
+        p(&f),
+        "--rows",
+        &list,
+        "--format",
+        "npy",
+        "-o",
+        p(&npy),
+    ]);
     let npy_bytes = std::fs::read(&npy).unwrap();
     let raw = std::fs::read(&out).unwrap();
     assert!(npy_bytes.starts_with(b"\x93NUMPY"));
@@ -85,9 +96,16 @@ fn out_of_range_row_fails_with_status_2_and_no_output() {
     let r = pleio(&["gather", p(&f), "--rows", "1,1000", "-o", p(&out)]);
     assert_eq!(r.status.code(), Some(2));
     let err = String::from_utf8_lossy(&r.stderr);
-    assert!(err.contains("row 1000") && err.contains("1000 rows"), "{err}");
+    assert!(
+        err.contains("row 1000") && err.contains("1000 rows"),
+        "{err}"
+    );
     assert!(!out.exists());
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no partial files");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no partial files"
+    );
 }
 
 #[test]
@@ -99,8 +117,7 @@ fn synth_refuses_to_overwrite_without_force() {
     assert!(!r.status.success());
     assert!(String::from_utf8_lossy(&r.stderr).contains("--force"));
     ok(&["synth", "--rows", "600", "--force", "-o", p(&f)]);
-    let info: serde_json::Value =
-        serde_json::from_str(&ok(&["inspect", "--json", p(&f)])).unwrap();
+    let info: serde_json::Value = serde_json::from_str(&ok(&["inspect", "--json", p(&f)])).unwrap();
     assert_eq!(info["table"]["rows"], 600);
 }
 
@@ -109,8 +126,7 @@ fn sparse_full_size_table_has_real_geometry_and_reads_zero_blocks() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("full.gguf");
     ok(&["synth", "--rows", "full", "--sparse", "-o", p(&f)]);
-    let info: serde_json::Value =
-        serde_json::from_str(&ok(&["inspect", "--json", p(&f)])).unwrap();
+    let info: serde_json::Value = serde_json::from_str(&ok(&["inspect", "--json", p(&f)])).unwrap();
     let t = &info["table"];
     assert_eq!(t["rows"], 320_001_536u64);
     assert_eq!(t["bytes"], 320_001_536u64 * 90);
@@ -135,13 +151,31 @@ fn sparse_full_size_table_has_real_geometry_and_reads_zero_blocks() {
 fn gemma_table_and_named_tensor() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("g.gguf");
-    ok(&["synth", "--arch", "gemma4", "--rows", "64", "--layers", "2", "-o", p(&f)]);
-    let info: serde_json::Value =
-        serde_json::from_str(&ok(&["inspect", "--json", p(&f)])).unwrap();
+    ok(&[
+        "synth",
+        "--arch",
+        "gemma4",
+        "--rows",
+        "64",
+        "--layers",
+        "2",
+        "-o",
+        p(&f),
+    ]);
+    let info: serde_json::Value = serde_json::from_str(&ok(&["inspect", "--json", p(&f)])).unwrap();
     assert_eq!(info["architecture"], "gemma4");
     assert_eq!(info["table"]["type"], "Q5_K");
     assert_eq!(info["table"]["row_elems"], 512);
-    let r = pleio(&["gather", p(&f), "--tensor", "nope", "--rows", "1", "-o", "/dev/null"]);
+    let r = pleio(&[
+        "gather",
+        p(&f),
+        "--tensor",
+        "nope",
+        "--rows",
+        "1",
+        "-o",
+        "/dev/null",
+    ]);
     assert_eq!(r.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&r.stderr).contains("nope"));
 }
@@ -155,7 +189,15 @@ fn bad_input_is_a_clear_error() {
     assert_eq!(r.status.code(), Some(2));
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(err.contains("junk.gguf"), "{err}");
-    let r = pleio(&["synth", "--type", "Q4_K", "--rows", "500", "-o", p(&dir.path().join("k.gguf"))]);
+    let r = pleio(&[
+        "synth",
+        "--type",
+        "Q4_K",
+        "--rows",
+        "500",
+        "-o",
+        p(&dir.path().join("k.gguf")),
+    ]);
     assert!(!r.status.success());
     assert!(String::from_utf8_lossy(&r.stderr).contains("Q4_K"));
 }

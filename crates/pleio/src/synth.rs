@@ -245,7 +245,10 @@ impl SynthSpec {
                     min: primes_from(2).take(QWEN_HEADS).sum(),
                 })?;
                 m.extend([
-                    (k("embedding_length_per_layer_input"), Value::U32(QWEN_ROW_ELEMS as u32)),
+                    (
+                        k("embedding_length_per_layer_input"),
+                        Value::U32(QWEN_ROW_ELEMS as u32),
+                    ),
                     (k("ple.ngram_size"), Value::U32(3)),
                     (k("ple.heads_per_ngram"), Value::U32(8)),
                     (k("ple.eos_token_id"), Value::U32(QWEN_EOS)),
@@ -255,8 +258,14 @@ impl SynthSpec {
                         k("ple.layer_multipliers"),
                         Value::Array(Array::U64(QWEN_MULTIPLIERS.to_vec())),
                     ),
-                    (k("ple.head_vocab_sizes"), Value::Array(Array::U64(heads.sizes))),
-                    (k("ple.head_offsets"), Value::Array(Array::U64(heads.offsets))),
+                    (
+                        k("ple.head_vocab_sizes"),
+                        Value::Array(Array::U64(heads.sizes)),
+                    ),
+                    (
+                        k("ple.head_offsets"),
+                        Value::Array(Array::U64(heads.offsets)),
+                    ),
                 ]);
             }
             Arch::Gemma4 => {
@@ -268,9 +277,15 @@ impl SynthSpec {
                     });
                 }
                 m.extend([
-                    (k("embedding_length_per_layer_input"), Value::U32(GEMMA_PER_LAYER as u32)),
+                    (
+                        k("embedding_length_per_layer_input"),
+                        Value::U32(GEMMA_PER_LAYER as u32),
+                    ),
                     (k("block_count"), Value::U32(self.gemma_layers as u32)),
-                    (k("vocab_size"), Value::U32(self.rows.min(u32::MAX as u64) as u32)),
+                    (
+                        k("vocab_size"),
+                        Value::U32(self.rows.min(u32::MAX as u64) as u32),
+                    ),
                 ]);
             }
         }
@@ -279,11 +294,7 @@ impl SynthSpec {
 
     /// Writes the file to `out`, calling `progress` with the table bytes
     /// done so far. Returns the sink.
-    pub fn write<W: Sink>(
-        &self,
-        out: W,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<W, SynthError> {
+    pub fn write<W: Sink>(&self, out: W, progress: &mut dyn FnMut(u64)) -> Result<W, SynthError> {
         let row_bytes = self.row_bytes()?;
         if !can_decode(self.ty) {
             return Err(DecodeError::Unsupported(self.ty).into());

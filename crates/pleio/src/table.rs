@@ -113,7 +113,13 @@ impl Table {
                 name: wanted.to_string(),
                 ple_hint: name.is_none(),
             })?;
-        Table::new(&t.info.name, t.info.ty, &t.info.dims, t.shard, t.file_offset)
+        Table::new(
+            &t.info.name,
+            t.info.ty,
+            &t.info.dims,
+            t.shard,
+            t.file_offset,
+        )
     }
 
     /// Total bytes of the table.
@@ -227,7 +233,11 @@ mod tests {
             (7, 1, 9000, 4096),
         ] {
             let g = PageGeometry::of(off, rb, n, page);
-            assert_eq!(g.straddling_rows, brute(off, rb, n, page), "{off} {rb} {n} {page}");
+            assert_eq!(
+                g.straddling_rows,
+                brute(off, rb, n, page),
+                "{off} {rb} {n} {page}"
+            );
         }
     }
 
@@ -237,7 +247,10 @@ mod tests {
         assert_eq!(g.rows_per_page, 45);
         // The pattern repeats every 2048 rows (4096 / gcd(90, 4096)).
         let period = brute(0, 90, 2048, 4096);
-        assert_eq!(g.straddling_rows, period * (320_001_536 / 2048) + brute(0, 90, 320_001_536 % 2048, 4096));
+        assert_eq!(
+            g.straddling_rows,
+            period * (320_001_536 / 2048) + brute(0, 90, 320_001_536 % 2048, 4096)
+        );
         assert_eq!(g.pages, (320_001_536u64 * 90).div_ceil(4096));
     }
 

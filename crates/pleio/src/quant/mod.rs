@@ -34,11 +34,11 @@ pub enum DecodeError {
 }
 
 mod float;
-pub mod random;
 mod fp4;
 mod iquant;
 mod kquant;
 mod legacy;
+pub mod random;
 mod simd;
 mod ternary;
 
