@@ -21,6 +21,8 @@ enum Command {
     Synth(cmd::synth::Args),
     /// Gather rows of a table and write them as little-endian f32.
     Gather(cmd::gather::Args),
+    /// Print the row ids a text or token stream needs (qwen4exp n-gram hash, gemma4 identity).
+    Rows(cmd::rows::Args),
 }
 
 fn main() {
@@ -29,6 +31,7 @@ fn main() {
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Synth(a) => cmd::synth::run(a),
         Command::Gather(a) => cmd::gather::run(a),
+        Command::Rows(a) => cmd::rows::run(a),
     };
     if let Err(e) = result {
         eprintln!("pleio: error: {e:#}");

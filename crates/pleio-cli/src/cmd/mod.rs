@@ -2,4 +2,5 @@
 
 pub mod gather;
 pub mod inspect;
+pub mod rows;
 pub mod synth;
