@@ -8,13 +8,13 @@
 
 pub mod fetch;
 pub mod gguf;
+pub mod io;
 pub mod map;
 pub mod model;
 pub mod ngram;
+pub mod plan;
 pub mod quant;
 pub mod synth;
 pub mod sys;
 pub mod table;
 pub mod tokenizer;
-pub mod io;
-pub mod plan;
