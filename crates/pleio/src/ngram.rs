@@ -232,20 +232,19 @@ impl fmt::Debug for QwenNgramParams {
     }
 }
 
-/// Released qwen4exp (Qwen3.8-Flash-Next) constants.
+/// Released qwen4exp (Qwen3.8-Flash-Next) constants. The scalar facts live
+/// in [`crate::synth`] (which writes them into files); the head sizes are
+/// spelled out here as an independent check of synth's prime rule.
 mod released {
-    pub const NGRAM_SIZE: u32 = 3;
-    pub const HEADS_PER_NGRAM: u32 = 8;
-    pub const EOS: u32 = 248_044;
-    pub const IMAGE: u32 = 248_056;
-    pub const MULTIPLIERS: [u64; 3] = [23_703_573_157_769, 20_109_073_645_365, 8_052_911_324_071];
+    pub use crate::synth::{
+        QWEN_EOS as EOS, QWEN_FULL_ROWS as N_ROWS, QWEN_HEADS_PER_NGRAM as HEADS_PER_NGRAM,
+        QWEN_IMAGE as IMAGE, QWEN_MULTIPLIERS as MULTIPLIERS, QWEN_NGRAM_SIZE as NGRAM_SIZE,
+    };
     pub const SIZES: [u64; 16] = [
         20_000_003, 20_000_023, 20_000_033, 20_000_047, 20_000_059, 20_000_063, 20_000_069,
         20_000_077, 20_000_081, 20_000_093, 20_000_107, 20_000_147, 20_000_153, 20_000_159,
         20_000_161, 20_000_171,
     ];
-    /// Rows of `per_layer_token_embd.weight` (sizes summed, padded to 128).
-    pub const N_ROWS: u64 = 320_001_536;
 }
 
 impl QwenNgramParams {

@@ -14,12 +14,16 @@ pub const QWEN_MULTIPLIERS: [u64; 3] = [23703573157769, 20109073645365, 80529113
 pub const QWEN_FULL_ROWS: u64 = 320_001_536;
 /// Elements per qwen4exp PLE row.
 pub const QWEN_ROW_ELEMS: u64 = 160;
+/// qwen4exp n-gram order (`ple.ngram_size`).
+pub const QWEN_NGRAM_SIZE: u32 = 3;
+/// qwen4exp heads per n-gram order (`ple.heads_per_ngram`).
+pub const QWEN_HEADS_PER_NGRAM: u32 = 8;
 /// qwen4exp n-gram reset token.
 pub const QWEN_EOS: u32 = 248044;
 /// qwen4exp image token.
 pub const QWEN_IMAGE: u32 = 248056;
 /// Heads of the released qwen4exp table: (ngram_size - 1) * heads_per_ngram.
-pub const QWEN_HEADS: usize = 16;
+pub const QWEN_HEADS: usize = ((QWEN_NGRAM_SIZE - 1) * QWEN_HEADS_PER_NGRAM) as usize;
 /// Gemma 4 vocabulary (rows of its PLE table).
 pub const GEMMA_VOCAB: u64 = 262_144;
 /// Gemma 4 per-layer slice width.
@@ -249,8 +253,8 @@ impl SynthSpec {
                         k("embedding_length_per_layer_input"),
                         Value::U32(QWEN_ROW_ELEMS as u32),
                     ),
-                    (k("ple.ngram_size"), Value::U32(3)),
-                    (k("ple.heads_per_ngram"), Value::U32(8)),
+                    (k("ple.ngram_size"), Value::U32(QWEN_NGRAM_SIZE)),
+                    (k("ple.heads_per_ngram"), Value::U32(QWEN_HEADS_PER_NGRAM)),
                     (k("ple.eos_token_id"), Value::U32(QWEN_EOS)),
                     (k("ple.image_token_id"), Value::U32(QWEN_IMAGE)),
                     (k("ple.layers"), Value::Array(Array::I32(vec![1]))),
