@@ -128,12 +128,30 @@ impl ReadPlan {
         rows: &[u64],
         max_gap: usize,
     ) -> Result<RowReads, PlanError> {
+        let mut out = RowReads::default();
+        ReadPlan::for_rows_into(base, row_bytes, rows, max_gap, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`ReadPlan::for_rows`] into `out`, reusing its storage (a gather
+    /// that plans every batch allocates nothing once warmed up). On error
+    /// `out` holds an unspecified partial plan.
+    pub fn for_rows_into(
+        base: u64,
+        row_bytes: usize,
+        rows: &[u64],
+        max_gap: usize,
+        out: &mut RowReads,
+    ) -> Result<(), PlanError> {
         if row_bytes == 0 {
             return Err(PlanError::ZeroRowBytes);
         }
         let rb = row_bytes as u64;
-        let mut spans: Vec<Span> = Vec::new();
-        let mut staging_offsets = Vec::with_capacity(rows.len());
+        let spans = &mut out.plan.spans;
+        let staging_offsets = &mut out.staging_offsets;
+        spans.clear();
+        staging_offsets.clear();
+        out.plan.staging_len = 0;
         let mut dst_end = 0usize;
         for (index, &row) in rows.iter().enumerate() {
             if index > 0 && row <= rows[index - 1] {
@@ -171,13 +189,8 @@ impl ReadPlan {
                 }
             }
         }
-        Ok(RowReads {
-            plan: ReadPlan {
-                spans,
-                staging_len: dst_end,
-            },
-            staging_offsets,
-        })
+        out.plan.staging_len = dst_end;
+        Ok(())
     }
 
     /// The spans, sorted by file offset.
@@ -202,7 +215,7 @@ impl ReadPlan {
 }
 
 /// The plan for a set of rows, with where each row lands in staging.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RowReads {
     /// The reads.
     pub plan: ReadPlan,
@@ -306,6 +319,20 @@ mod tests {
                     "gap {gap} row {row}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn rows_into_reuses_storage_and_matches() {
+        let mut reused = RowReads::default();
+        for rows in [
+            &[5u64, 6, 90, 91, 400][..],
+            &[1],
+            &[],
+            &[3, 4, 5, 6, 7, 1000],
+        ] {
+            ReadPlan::for_rows_into(7, 9, rows, 20, &mut reused).unwrap();
+            assert_eq!(reused, ReadPlan::for_rows(7, 9, rows, 20).unwrap());
         }
     }
 
