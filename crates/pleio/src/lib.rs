@@ -6,6 +6,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod cgroup;
 pub mod fetch;
 pub mod gguf;
 pub mod io;
@@ -14,6 +15,7 @@ pub mod model;
 pub mod ngram;
 pub mod plan;
 pub mod quant;
+pub mod residency;
 pub mod synth;
 pub mod sys;
 pub mod table;

@@ -67,6 +67,14 @@ pub fn evict(file: &File, range: Range<u64>) -> std::io::Result<()> {
     adv::evict(file, range)
 }
 
+/// Makes the child that `cmd` spawns join the control group whose
+/// `cgroup.procs` file `procs` is (open for writing), between fork and exec:
+/// the child runs confined from its first instruction. A refused join fails
+/// the spawn with the OS error. Unsupported off Unix.
+pub fn join_cgroup_on_spawn(cmd: &mut std::process::Command, procs: File) -> std::io::Result<()> {
+    base::join_cgroup_on_spawn(cmd, procs)
+}
+
 /// Drops this process's page-table entries for `run` (`MADV_DONTNEED`), so
 /// its pages can leave the page cache. Returns false if refused.
 ///

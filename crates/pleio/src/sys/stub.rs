@@ -48,3 +48,14 @@ pub(super) unsafe fn dont_need_shared(_run: MemRun) -> bool {
 pub(super) fn resident_pages(_run: MemRun, _page: u64, _buf: &mut Vec<u8>) -> Option<u64> {
     None
 }
+
+/// Only used where there are no control groups (non-Unix targets).
+pub(super) fn join_cgroup_on_spawn(
+    _cmd: &mut std::process::Command,
+    _procs: File,
+) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "control groups are not available on this platform",
+    ))
+}

@@ -1,7 +1,11 @@
 //! Unix implementation of the OS layer.
 
 use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -33,4 +37,28 @@ pub(super) fn free_bytes(path: &Path) -> Option<u64> {
     #[allow(clippy::unnecessary_cast)]
     let (avail, frsize) = (st.f_bavail as u64, st.f_frsize as u64);
     Some(avail.saturating_mul(frsize))
+}
+
+pub(super) fn join_cgroup_on_spawn(cmd: &mut std::process::Command, procs: File) -> io::Result<()> {
+    let fd = procs.as_raw_fd();
+    let hook = move || {
+        // Keeps the file (and so `fd`) open for as long as `cmd` lives.
+        let _open = &procs;
+        // SAFETY: one write(2) of a static one-byte buffer to an open fd.
+        // "0" written to cgroup.procs moves the writing process.
+        let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    // SAFETY: the hook runs in the forked child before exec, where only
+    // async-signal-safe work is allowed: it makes one write(2) to an fd
+    // opened before the fork and builds an OS error code; it allocates
+    // nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+    Ok(())
 }
