@@ -1,0 +1,297 @@
+//! `pleio replay`: a token stream's prefill and decode through the PLE stage.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use pleio::fetch::Strategy;
+use pleio::model::Model;
+use pleio::replay::{
+    Eviction, Latency, PhaseReport, ReplayConfig, ReplayReport, Replayer, UbatchReport,
+};
+use pleio::table::Table;
+use serde_json::{json, Value as Json};
+
+use super::rows::Input;
+use crate::output::human_bytes;
+
+/// Replay a token stream through the PLE stage: prefill in ubatches, then
+/// decode steps of one token, gathering every row the model would ask for.
+///
+/// The stream is one sequence mapped with history (qwen4exp n-gram hash,
+/// gemma4 identity). Decode steps are the tokens after the prefill part
+/// (by default the stream's last `--decode` tokens); tokens past the end of
+/// the stream are drawn from it at random (`--seed`). Reports PLE-stage
+/// tokens/s (tokens per second of gather time), per-ubatch gather latency,
+/// distinct rows and pages, rows reused from earlier ubatches, bytes read
+/// from the device, major faults and peak RSS.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A GGUF file (or any shard of a split set) with a PLE table.
+    file: PathBuf,
+    #[command(flatten)]
+    input: Input,
+    /// Tokens per prefill ubatch.
+    #[arg(long, default_value_t = 512)]
+    ubatch: usize,
+    /// Prefill tokens (default: the stream minus the decode tokens).
+    #[arg(long)]
+    prefill: Option<usize>,
+    /// Decode steps of one token each.
+    #[arg(long, default_value_t = 64)]
+    decode: usize,
+    /// How row bytes are brought in (as for `gather`).
+    #[arg(long, default_value = "fault")]
+    strategy: Strategy,
+    /// Evict the table from the page cache (checked with mincore) before
+    /// the prefill and again before the decode steps.
+    #[arg(long)]
+    cold: bool,
+    /// Prefetch ubatch k+1 in the background while ubatch k computes.
+    #[arg(long)]
+    lookahead: bool,
+    /// Simulated model compute per prefill ubatch, in milliseconds (a
+    /// sleep after each gather; with --lookahead the next ubatch is
+    /// fetched meanwhile).
+    #[arg(long, default_value_t = 0.0)]
+    compute_ms: f64,
+    /// Seed of the decode tokens drawn when the stream runs out.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    if !(a.compute_ms.is_finite() && a.compute_ms >= 0.0) {
+        bail!("--compute-ms must be a non-negative number of milliseconds");
+    }
+    let name = a.file.display().to_string();
+    let model = Arc::new(Model::open(&a.file)?);
+    let table = Table::from_model(&model, None).with_context(|| name.clone())?;
+    let replayer = Replayer::new(model, table).with_context(|| name.clone())?;
+    let tokens = a.input.load(replayer.mapper())?;
+    let cfg = ReplayConfig {
+        ubatch: a.ubatch,
+        prefill: a.prefill,
+        decode: a.decode,
+        strategy: a.strategy,
+        cold: a.cold,
+        lookahead: a.lookahead,
+        compute: Duration::from_secs_f64(a.compute_ms / 1e3),
+        seed: a.seed,
+    };
+    let plan = replayer.plan(&tokens, &cfg).with_context(|| name.clone())?;
+    let rep = replayer.run(&plan, &cfg).with_context(|| name.clone())?;
+    if a.json {
+        println!("{}", to_json(&a, &replayer, tokens.len(), &rep));
+    } else {
+        print_text(&a, &replayer, tokens.len(), &rep);
+    }
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn latency_json(l: Option<Latency>) -> Json {
+    l.map_or(
+        Json::Null,
+        |l| json!({"p50": ms(l.p50), "p90": ms(l.p90), "p99": ms(l.p99), "max": ms(l.max)}),
+    )
+}
+
+fn phase_json(p: &PhaseReport) -> Json {
+    json!({
+        "tokens": p.tokens,
+        "steps": p.steps,
+        "rows": p.rows,
+        "distinct_rows": p.distinct_rows,
+        "reused_rows": p.reused_rows,
+        "tokens_per_s": p.tokens_per_s(),
+        "gather_ms": ms(p.gather),
+        "exposed_ms": ms(p.exposed),
+        "wall_ms": ms(p.wall),
+        "latency_ms": latency_json(p.latency),
+        "read_bytes": p.read_bytes,
+        "major_faults": p.major_faults,
+    })
+}
+
+fn ubatch_json(u: &UbatchReport) -> Json {
+    json!({
+        "index": u.index,
+        "tokens": u.tokens,
+        "rows": u.rows,
+        "distinct_rows": u.distinct_rows,
+        "distinct_pages": u.distinct_pages,
+        "reused_rows": u.reused_rows,
+        "gather_ms": ms(u.gather),
+        "exposed_ms": ms(u.exposed),
+        "read_bytes": u.read_bytes,
+        "major_faults": u.major_faults,
+    })
+}
+
+fn eviction_json(e: &Eviction) -> Json {
+    json!({
+        "pages": e.pages,
+        "resident_before": e.resident_before,
+        "resident_after": e.resident_after,
+    })
+}
+
+fn sum_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    Some(a? + b?)
+}
+
+fn to_json(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) -> Json {
+    let t = r.reader().table();
+    let mut decode = phase_json(&rep.decode);
+    decode["drawn_tokens"] = json!(rep.drawn);
+    json!({
+        "file": a.file.display().to_string(),
+        "table": {
+            "name": t.name,
+            "type": t.ty.to_string(),
+            "rows": t.n_rows,
+            "row_bytes": t.row_bytes,
+            "bytes": t.bytes(),
+        },
+        "architecture": r.mapper().architecture(),
+        "strategy": rep.strategy.name(),
+        "lookahead": rep.lookahead,
+        "compute_ms": ms(rep.compute),
+        "cold": a.cold,
+        "ubatch": rep.ubatch,
+        "seed": a.seed,
+        "stream_tokens": stream,
+        "prefill": phase_json(&rep.prefill),
+        "decode": decode,
+        "ubatches": rep.ubatches.iter().map(ubatch_json).collect::<Vec<_>>(),
+        "evictions": rep.evictions.iter().map(eviction_json).collect::<Vec<_>>(),
+        "read_bytes": sum_opt(rep.prefill.read_bytes, rep.decode.read_bytes),
+        "major_faults": sum_opt(rep.prefill.major_faults, rep.decode.major_faults),
+        "peak_rss_bytes": rep.peak_rss,
+        "checksum": format!("{:016x}", rep.checksum),
+        "lookahead_counters": rep.lookahead_counters.map(|c| json!({
+            "prefetches": c.prefetches,
+            "worker_gathers": c.worker_gathers,
+            "worker_rows": c.worker_rows,
+            "cancelled": c.cancelled,
+        })),
+    })
+}
+
+fn opt_bytes(b: Option<u64>) -> String {
+    b.map_or_else(|| "n/a".into(), human_bytes)
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or_else(|| "n/a".into(), |v| v.to_string())
+}
+
+fn rate(p: &PhaseReport) -> String {
+    p.tokens_per_s()
+        .map_or_else(|| "n/a".into(), |r| format!("{r:.0} tokens/s"))
+}
+
+fn latency_text(l: Option<Latency>) -> String {
+    l.map_or_else(
+        || "n/a".into(),
+        |l| {
+            format!(
+                "p50 {:.3} p90 {:.3} p99 {:.3} max {:.3} ms",
+                ms(l.p50),
+                ms(l.p90),
+                ms(l.p99),
+                ms(l.max)
+            )
+        },
+    )
+}
+
+fn mean(xs: impl Iterator<Item = f64>) -> f64 {
+    let (n, s) = xs.fold((0usize, 0.0), |(n, s), x| (n + 1, s + x));
+    if n == 0 {
+        0.0
+    } else {
+        s / n as f64
+    }
+}
+
+fn print_text(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) {
+    let t = r.reader().table();
+    println!(
+        "{}: {} {}, {} rows of {} B ({}); {} rows per token ({})",
+        a.file.display(),
+        t.name,
+        t.ty,
+        t.n_rows,
+        t.row_bytes,
+        human_bytes(t.bytes()),
+        r.mapper().rows_per_token(),
+        r.mapper().architecture()
+    );
+    let mut how = format!("strategy {}", rep.strategy);
+    if rep.lookahead {
+        how += ", lookahead";
+    }
+    if !rep.compute.is_zero() {
+        how += &format!(", compute {:.1} ms/ubatch", ms(rep.compute));
+    }
+    if a.cold {
+        how += ", cold (table evicted before prefill and decode)";
+    }
+    println!("{how}");
+    println!(
+        "stream {stream} tokens: prefill {} in {} ubatches of {}, decode {} ({} drawn from the stream)",
+        rep.prefill.tokens, rep.prefill.steps, rep.ubatch, rep.decode.tokens, rep.drawn
+    );
+    let p = &rep.prefill;
+    println!(
+        "prefill  {}  PLE {:.1} ms, exposed {:.1} ms, wall {:.1} ms",
+        rate(p),
+        ms(p.gather),
+        ms(p.exposed),
+        ms(p.wall)
+    );
+    println!("  ubatch gather  {}", latency_text(p.latency));
+    let u = &rep.ubatches;
+    println!(
+        "  per ubatch     {:.0} rows, {:.0} distinct, {:.0} pages, {:.0} reused from earlier ubatches",
+        mean(u.iter().map(|u| u.rows as f64)),
+        mean(u.iter().map(|u| u.distinct_rows as f64)),
+        mean(u.iter().map(|u| u.distinct_pages as f64)),
+        mean(u.iter().map(|u| u.reused_rows as f64)),
+    );
+    println!(
+        "  device reads   {}, major faults {}",
+        opt_bytes(p.read_bytes),
+        opt(p.major_faults)
+    );
+    let d = &rep.decode;
+    println!("decode   {}  PLE {:.1} ms", rate(d), ms(d.gather));
+    println!("  step gather    {}", latency_text(d.latency));
+    println!(
+        "  device reads   {}, major faults {}, {} of {} rows reused",
+        opt_bytes(d.read_bytes),
+        opt(d.major_faults),
+        d.reused_rows,
+        d.rows
+    );
+    if let Some(c) = rep.lookahead_counters {
+        println!(
+            "lookahead: {} prefetches, {} gathered by the worker ({} rows)",
+            c.prefetches, c.worker_gathers, c.worker_rows
+        );
+    }
+    println!(
+        "peak RSS {}, checksum {:016x}",
+        opt_bytes(rep.peak_rss),
+        rep.checksum
+    );
+}

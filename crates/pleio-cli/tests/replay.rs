@@ -1,0 +1,196 @@
+//! `pleio replay` end to end: every strategy, with and without lookahead
+//! and a cold cache, gathers the same floats (checksum), equal to what
+//! `pleio rows` + `pleio gather` give for the same stream; the JSON report
+//! has its figures; bad arguments fail cleanly.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use pleio::fetch::Strategy;
+use serde_json::Value as Json;
+
+fn pleio(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pleio"))
+        .args(args)
+        .output()
+        .expect("run pleio")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = pleio(args);
+    assert!(
+        out.status.success(),
+        "pleio {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = pleio(args);
+    assert_eq!(out.status.code(), Some(2), "pleio {args:?} should fail");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+fn synth(dir: &Path, rows: &str) -> String {
+    let f = dir.join(format!("q{rows}.gguf"));
+    let f = f.to_str().unwrap().to_string();
+    ok(&["synth", "--rows", rows, "--seed", "3", "-o", &f]);
+    f
+}
+
+fn replay_json(args: &[&str]) -> Json {
+    let mut all = vec!["replay"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    serde_json::from_str(&ok(&all)).unwrap()
+}
+
+/// FNV-1a over f32 bit patterns, as documented for the replay checksum.
+fn fnv(bytes: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for w in bytes.chunks_exact(4) {
+        let bits = u32::from_le_bytes(w.try_into().unwrap());
+        h = (h ^ u64::from(bits)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+#[test]
+fn corpus_replay_is_identical_across_strategies_and_lookahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = synth(dir.path(), "60k");
+    let base = [
+        f.as_str(),
+        "--corpus",
+        "--ubatch",
+        "256",
+        "--prefill",
+        "1000",
+        "--decode",
+        "12",
+    ];
+    let mut sums = Vec::new();
+    for &s in Strategy::ALL {
+        for extra in [
+            &[][..],
+            &["--lookahead", "--compute-ms", "1"][..],
+            &["--cold"][..],
+        ] {
+            let mut args = base.to_vec();
+            args.extend_from_slice(&["--strategy", s.name()]);
+            args.extend_from_slice(extra);
+            let j = replay_json(&args);
+            for key in ["file", "table", "strategy", "prefill", "decode", "ubatches"] {
+                assert!(j.get(key).is_some(), "{key} missing: {j}");
+            }
+            assert_eq!(j["strategy"], s.name());
+            assert_eq!(j["table"]["rows"], 60_000);
+            let ubs = j["ubatches"].as_array().unwrap();
+            assert_eq!(ubs.len(), 4, "1000 tokens in ubatches of 256");
+            assert_eq!(ubs[3]["tokens"], 1000 - 3 * 256);
+            assert_eq!(ubs[0]["rows"], 256 * 16);
+            assert_eq!(ubs[0]["reused_rows"], 0);
+            for u in ubs {
+                let d = u["distinct_rows"].as_u64().unwrap();
+                assert!(d > 0 && d <= u["rows"].as_u64().unwrap());
+                assert!(u["distinct_pages"].as_u64().unwrap() >= d * 90 / 4096);
+            }
+            let (p, d) = (&j["prefill"], &j["decode"]);
+            assert_eq!(p["tokens"], 1000);
+            assert!(p["tokens_per_s"].as_f64().unwrap() > 0.0);
+            for k in ["p50", "p90", "p99", "max"] {
+                assert!(p["latency_ms"][k].as_f64().unwrap() > 0.0, "{k}");
+            }
+            assert_eq!(
+                (d["tokens"].clone(), d["steps"].clone()),
+                (12.into(), 12.into())
+            );
+            assert_eq!(d["drawn_tokens"], 0);
+            assert!(j["peak_rss_bytes"].as_u64().unwrap() > 0);
+            if extra.contains(&"--cold") && !pleio::sys::NOOP {
+                assert_eq!(j["evictions"].as_array().unwrap().len(), 2);
+            }
+            if extra.contains(&"--lookahead") {
+                assert_eq!(j["lookahead_counters"]["worker_gathers"], 4);
+            }
+            sums.push((format!("{s} {extra:?}"), j["checksum"].clone()));
+        }
+    }
+    for (what, sum) in &sums {
+        assert_eq!(sum, &sums[0].1, "{what} differs from {}", sums[0].0);
+    }
+}
+
+#[test]
+fn replay_checksum_matches_rows_then_gather() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = synth(dir.path(), "20k");
+    // A stream with an EOS reset; 150 tokens: 130 prefill, 20 decode.
+    let toks: Vec<String> = (0..150u32)
+        .map(|i| if i == 60 { 248_044 } else { (i * 37) % 500 })
+        .map(|t| t.to_string())
+        .collect();
+    let tok_file = dir.path().join("t.txt");
+    std::fs::write(&tok_file, toks.join(" ")).unwrap();
+    let tok_file = tok_file.to_str().unwrap();
+    let j = replay_json(&[&f, "--tokens", tok_file, "--ubatch", "64", "--decode", "20"]);
+    assert_eq!(j["prefill"]["tokens"], 130);
+    assert_eq!(j["ubatches"].as_array().unwrap().len(), 3);
+
+    let rows: Json =
+        serde_json::from_str(&ok(&["rows", &f, "--tokens", tok_file, "--json"])).unwrap();
+    let flat: Vec<String> = rows["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.to_string()))
+        .collect();
+    let rows_file = dir.path().join("rows.txt");
+    std::fs::write(&rows_file, flat.join(" ")).unwrap();
+    let out = dir.path().join("out.f32");
+    ok(&[
+        "gather",
+        &f,
+        "--rows-file",
+        rows_file.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let bytes = std::fs::read(&out).unwrap();
+    assert_eq!(bytes.len(), 150 * 16 * 160 * 4);
+    assert_eq!(j["checksum"], fnv(&bytes));
+
+    // Decode past the end of the stream: 40 more tokens are drawn.
+    let j = replay_json(&[
+        &f,
+        "--tokens",
+        tok_file,
+        "--prefill",
+        "150",
+        "--decode",
+        "40",
+        "--seed",
+        "1",
+    ]);
+    assert_eq!(j["decode"]["drawn_tokens"], 40);
+    assert_eq!(j["decode"]["steps"], 40);
+}
+
+#[test]
+fn bad_arguments_fail_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = synth(dir.path(), "5k");
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    let e = fails(&["replay", &f, "--tokens", empty.to_str().unwrap()]);
+    assert!(e.contains("empty"), "{e}");
+    let e = fails(&["replay", &f, "--corpus", "--ubatch", "0"]);
+    assert!(e.contains("ubatch"), "{e}");
+    let e = fails(&["replay", &f, "--corpus", "--prefill", "99999999"]);
+    assert!(e.contains("prefill"), "{e}");
+    let e = fails(&["replay", &f, "--corpus", "--compute-ms=-1"]);
+    assert!(e.contains("compute"), "{e}");
+    let out = pleio(&["replay", &f, "--corpus", "--strategy", "nope"]);
+    assert!(!out.status.success());
+}

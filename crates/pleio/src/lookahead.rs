@@ -1,0 +1,340 @@
+//! Lookahead: fetch a future batch's rows in the background while the
+//! current batch computes.
+//!
+//! An engine knows a prompt's tokens (so its row ids) before the layers run.
+//! [`Lookahead::prefetch`] hands a batch's row ids to a persistent worker
+//! thread and returns at once with a [`Prefetch`] handle; the worker runs the
+//! whole gather (I/O and decode, with the lookahead's [`Strategy`]) into a
+//! buffer it owns. Completing the handle ([`Prefetch::wait`] or
+//! [`Prefetch::wait_into`]) only hands that buffer over (or copies it): the
+//! file is read once, by the worker, never again by the completion. The
+//! [`LookaheadCounters`] make this checkable: one prefetch, one worker
+//! gather, its rows counted once.
+//!
+//! Why a full background gather rather than warm-only prefetching (advice or
+//! reads into the page cache, then a normal gather later): it works the same
+//! for every strategy, including `O_DIRECT` ones that bypass the page cache,
+//! and it hides the decode too, so the completion costs nothing but a hand
+//! over. The price is one batch of f32 output held per batch in flight
+//! (5 MiB for a 512-token qwen4exp ubatch), bounded by what the caller keeps
+//! in flight.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::fetch::{GatherError, GatherStats, Strategy, TableReader};
+
+/// Finished buffers kept for reuse by [`Prefetch::wait_into`].
+const POOL_BUFFERS: usize = 4;
+
+/// Errors from a lookahead.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LookaheadError {
+    /// The background gather failed (e.g. a row id out of range); nothing
+    /// was written to the caller's output.
+    #[error(transparent)]
+    Gather(#[from] GatherError),
+    /// The worker thread could not be started.
+    #[error("cannot start the lookahead worker thread: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// The worker thread is gone (it panicked), so the batch was not
+    /// fetched.
+    #[error("the lookahead worker thread stopped before finishing the batch")]
+    WorkerGone,
+    /// The caller's output does not hold the batch's floats.
+    #[error("output holds {got} floats but the prefetched batch has {need}")]
+    OutputLength {
+        /// Floats given.
+        got: usize,
+        /// Floats in the batch.
+        need: usize,
+    },
+}
+
+/// Running totals of one [`Lookahead`], to check what was read when.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LookaheadCounters {
+    /// Prefetches issued.
+    pub prefetches: u64,
+    /// Gathers the worker ran (each reads its batch's rows once).
+    pub worker_gathers: u64,
+    /// Row ids the worker gathered (duplicates counted).
+    pub worker_rows: u64,
+    /// Prefetches skipped because their handle was dropped before the
+    /// worker reached them.
+    pub cancelled: u64,
+    /// Direct gathers run on the caller's thread by [`Lookahead::gather`].
+    pub direct_gathers: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    prefetches: AtomicU64,
+    worker_gathers: AtomicU64,
+    worker_rows: AtomicU64,
+    cancelled: AtomicU64,
+    direct_gathers: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    counters: Counters,
+    pool: Mutex<Vec<Vec<f32>>>,
+}
+
+impl Shared {
+    fn take_buffer(&self) -> Vec<f32> {
+        self.pool
+            .lock()
+            .ok()
+            .and_then(|mut p| p.pop())
+            .unwrap_or_default()
+    }
+
+    fn recycle(&self, buf: Vec<f32>) {
+        if let Ok(mut p) = self.pool.lock() {
+            if p.len() < POOL_BUFFERS {
+                p.push(buf);
+            }
+        }
+    }
+}
+
+/// What the worker hands back for one batch.
+type Outcome = Result<Prefetched, GatherError>;
+
+struct Job {
+    rows: Vec<u64>,
+    issued: Instant,
+    cancelled: Arc<AtomicBool>,
+    reply: SyncSender<Outcome>,
+}
+
+/// Background fetching of future batches for one table, with one strategy,
+/// on one persistent worker thread (batches run in the order prefetched).
+///
+/// Dropping the lookahead lets the worker finish the batches whose handles
+/// are still alive, then joins it.
+#[derive(Debug)]
+pub struct Lookahead {
+    reader: TableReader,
+    strategy: Strategy,
+    shared: Arc<Shared>,
+    tx: Option<Sender<Job>>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl Lookahead {
+    /// Starts the worker for `reader`, gathering with `strategy`.
+    pub fn new(reader: TableReader, strategy: Strategy) -> Result<Lookahead, LookaheadError> {
+        let shared = Arc::new(Shared::default());
+        let (tx, rx) = mpsc::channel::<Job>();
+        let worker = {
+            let reader = reader.clone();
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("pleio-lookahead".into())
+                .spawn(move || worker(&reader, strategy, &shared, &rx))
+                .map_err(LookaheadError::Spawn)?
+        };
+        Ok(Lookahead {
+            reader,
+            strategy,
+            shared,
+            tx: Some(tx),
+            worker: Some(worker),
+        })
+    }
+
+    /// The reader gathered from.
+    pub fn reader(&self) -> &TableReader {
+        &self.reader
+    }
+
+    /// The strategy every gather uses.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// Starts fetching `rows` in the background and returns at once. Errors
+    /// (a bad row id) are reported by the handle's `wait`.
+    pub fn prefetch(&self, rows: &[u64]) -> Prefetch {
+        self.shared
+            .counters
+            .prefetches
+            .fetch_add(1, Ordering::Relaxed);
+        let (reply, rx) = mpsc::sync_channel(1);
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let job = Job {
+            rows: rows.to_vec(),
+            issued: Instant::now(),
+            cancelled: cancelled.clone(),
+            reply,
+        };
+        // A send fails only if the worker died; the handle then reports
+        // `WorkerGone` at wait (its reply sender is dropped with the job).
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(job);
+        }
+        Prefetch {
+            rx,
+            cancelled,
+            shared: self.shared.clone(),
+            ready: None,
+        }
+    }
+
+    /// Gathers `rows` now, on the caller's thread (for batches that were
+    /// not prefetched).
+    pub fn gather(&self, rows: &[u64], out: &mut [f32]) -> Result<GatherStats, GatherError> {
+        self.shared
+            .counters
+            .direct_gathers
+            .fetch_add(1, Ordering::Relaxed);
+        self.reader.gather(self.strategy, rows, out)
+    }
+
+    /// Gives a buffer from [`Prefetched::data`] back for reuse.
+    pub fn recycle(&self, buf: Vec<f32>) {
+        self.shared.recycle(buf);
+    }
+
+    /// Totals so far.
+    pub fn counters(&self) -> LookaheadCounters {
+        let c = &self.shared.counters;
+        LookaheadCounters {
+            prefetches: c.prefetches.load(Ordering::Relaxed),
+            worker_gathers: c.worker_gathers.load(Ordering::Relaxed),
+            worker_rows: c.worker_rows.load(Ordering::Relaxed),
+            cancelled: c.cancelled.load(Ordering::Relaxed),
+            direct_gathers: c.direct_gathers.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Lookahead {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(w) = self.worker.take() {
+            // A panicked worker has already reported `WorkerGone` to its
+            // handles; nothing more to do here.
+            let _ = w.join();
+        }
+    }
+}
+
+/// The worker loop: one job at a time, until the lookahead is dropped and
+/// the queue is drained.
+fn worker(reader: &TableReader, strategy: Strategy, shared: &Shared, rx: &Receiver<Job>) {
+    let elems = reader.row_elems();
+    while let Ok(job) = rx.recv() {
+        if job.cancelled.load(Ordering::Acquire) {
+            shared.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let started = Instant::now();
+        let mut data = shared.take_buffer();
+        data.clear();
+        data.resize(job.rows.len().saturating_mul(elems), 0.0);
+        let result = reader.gather(strategy, &job.rows, &mut data);
+        let c = &shared.counters;
+        c.worker_gathers.fetch_add(1, Ordering::Relaxed);
+        c.worker_rows
+            .fetch_add(job.rows.len() as u64, Ordering::Relaxed);
+        let outcome = result.map(|stats| Prefetched {
+            rows: job.rows,
+            data,
+            stats,
+            queued: started.duration_since(job.issued),
+            fetch_time: started.elapsed(),
+            waited: Duration::ZERO,
+        });
+        // The handle may have been dropped meanwhile: then nobody wants it.
+        let _ = job.reply.send(outcome);
+    }
+}
+
+/// A batch fetched by the worker.
+#[derive(Debug)]
+pub struct Prefetched {
+    /// The row ids, as prefetched.
+    pub rows: Vec<u64>,
+    /// Their decoded rows, `rows.len() * row_elems` floats in request order.
+    pub data: Vec<f32>,
+    /// What the worker's gather did (its thread took any faults).
+    pub stats: GatherStats,
+    /// From `prefetch` until the worker started on the batch.
+    pub queued: Duration,
+    /// The worker's gather time.
+    pub fetch_time: Duration,
+    /// How long the completing caller blocked waiting for the worker (zero
+    /// when the batch was ready): the fetch time left exposed.
+    pub waited: Duration,
+}
+
+/// A batch being fetched in the background (see [`Lookahead::prefetch`]).
+///
+/// Dropping it unawaited is safe: a batch not yet started is skipped, one
+/// in progress finishes and is discarded.
+#[derive(Debug)]
+pub struct Prefetch {
+    rx: Receiver<Outcome>,
+    cancelled: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+    ready: Option<Result<Outcome, LookaheadError>>,
+}
+
+impl Prefetch {
+    /// True once the worker has finished (or given up on) the batch; never
+    /// blocks.
+    pub fn is_ready(&mut self) -> bool {
+        if self.ready.is_none() {
+            self.ready = match self.rx.try_recv() {
+                Ok(o) => Some(Ok(o)),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => Some(Err(LookaheadError::WorkerGone)),
+            };
+        }
+        self.ready.is_some()
+    }
+
+    /// Blocks until the batch is fetched and takes it: the rows, their
+    /// floats and the worker's stats. Reads nothing itself.
+    pub fn wait(mut self) -> Result<Prefetched, LookaheadError> {
+        let t = Instant::now();
+        let got = match self.ready.take() {
+            Some(r) => r,
+            None => self.rx.recv().map_err(|_| LookaheadError::WorkerGone),
+        };
+        let mut p = got??;
+        p.waited = t.elapsed();
+        Ok(p)
+    }
+
+    /// Like [`Prefetch::wait`], but copies the floats into `out` (which must
+    /// hold exactly the batch) and keeps the worker's buffer for reuse.
+    /// On error `out` is untouched.
+    pub fn wait_into(self, out: &mut [f32]) -> Result<Prefetched, LookaheadError> {
+        let shared = self.shared.clone();
+        let mut p = self.wait()?;
+        if out.len() != p.data.len() {
+            return Err(LookaheadError::OutputLength {
+                got: out.len(),
+                need: p.data.len(),
+            });
+        }
+        out.copy_from_slice(&p.data);
+        shared.recycle(std::mem::take(&mut p.data));
+        Ok(p)
+    }
+}
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        self.cancelled.store(true, Ordering::Release);
+    }
+}

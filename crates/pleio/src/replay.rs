@@ -1,0 +1,736 @@
+//! Replay of a token stream through the PLE stage: prefill ubatches, then
+//! decode steps of one token, through any fetch strategy, optionally from a
+//! cold page cache and with lookahead, measuring what the stage costs.
+//!
+//! The stream is one sequence. [`Replayer::plan`] splits it into the prefill
+//! tokens (cut into ubatches) and the decode tokens that continue it, and
+//! maps every token to its row ids with one [`ModelRows`] sequence, so the
+//! n-gram history runs across ubatches and into the decode steps exactly as
+//! in one mapping of the whole stream. [`Replayer::run`] gathers them.
+//!
+//! Decode tokens are the tokens that follow the prefill part of the stream;
+//! where the stream ends first, the rest are drawn from the stream itself
+//! (uniformly random positions, seeded), which keeps real token frequencies
+//! without replaying the prompt's n-grams.
+//!
+//! Process counters (device bytes read, major faults, peak RSS) come from
+//! `/proc/self` on Linux and are `None` elsewhere.
+
+use std::fs::File;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashSet;
+
+use crate::fetch::{GatherError, Strategy, TableReader};
+use crate::lookahead::{Lookahead, LookaheadCounters, LookaheadError};
+use crate::model::Model;
+use crate::ngram::{ModelRows, NgramError, RowMapper};
+use crate::sys;
+use crate::table::Table;
+
+/// Errors from planning or running a replay.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// The token stream is empty.
+    #[error("the token stream is empty")]
+    EmptyStream,
+    /// A ubatch of zero tokens was asked for.
+    #[error("the ubatch size must be at least 1 token")]
+    ZeroUbatch,
+    /// More prefill tokens were asked for than the stream has.
+    #[error("{prefill} prefill tokens asked for, but the stream has {tokens}")]
+    PrefillTooLong {
+        /// Prefill tokens asked for.
+        prefill: usize,
+        /// Tokens in the stream.
+        tokens: usize,
+    },
+    /// The file has no row mapper, or a token cannot be mapped.
+    #[error(transparent)]
+    Ngram(#[from] NgramError),
+    /// A gather failed.
+    #[error(transparent)]
+    Gather(#[from] GatherError),
+    /// The lookahead failed.
+    #[error(transparent)]
+    Lookahead(#[from] LookaheadError),
+    /// The table's shard is not mapped, so it cannot be evicted.
+    #[error("the table's file is not mapped")]
+    NotMapped,
+    /// Evicting the table from the page cache failed.
+    #[error("cannot evict the table from the page cache: {0}")]
+    Evict(#[source] std::io::Error),
+    /// Pages stayed in the page cache after eviction (mapped by another
+    /// process, or still under I/O).
+    #[error("{resident} of the table's {pages} pages stayed in the page cache after eviction")]
+    EvictIncomplete {
+        /// Pages still resident.
+        resident: u64,
+        /// Pages of the table's range.
+        pages: u64,
+    },
+}
+
+/// What to replay and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayConfig {
+    /// Tokens per prefill ubatch.
+    pub ubatch: usize,
+    /// Prefill tokens (`None`: every token not left for decode).
+    pub prefill: Option<usize>,
+    /// Decode steps of one token.
+    pub decode: usize,
+    /// How rows are fetched.
+    pub strategy: Strategy,
+    /// Evict the table from the page cache before the prefill and again
+    /// before the decode steps.
+    pub cold: bool,
+    /// Prefetch ubatch k+1 while ubatch k computes.
+    pub lookahead: bool,
+    /// Simulated model time per prefill ubatch (a sleep after its gather).
+    pub compute: Duration,
+    /// Seed of the decode tokens drawn when the stream runs out.
+    pub seed: u64,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        ReplayConfig {
+            ubatch: 512,
+            prefill: None,
+            decode: 0,
+            strategy: Strategy::Fault,
+            cold: false,
+            lookahead: false,
+            compute: Duration::ZERO,
+            seed: 0,
+        }
+    }
+}
+
+/// A stream split into prefill ubatches and decode steps, with row ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayPlan {
+    /// Prefill tokens, then decode tokens.
+    pub tokens: Vec<u32>,
+    /// How many of `tokens` are prefill.
+    pub prefill: usize,
+    /// Decode tokens drawn from the stream because it ran out.
+    pub drawn: usize,
+    /// Tokens per ubatch.
+    pub ubatch: usize,
+    /// Row ids per token.
+    pub rows_per_token: usize,
+    /// Row ids of every token, token-major, mapped as one sequence.
+    pub rows: Vec<u64>,
+}
+
+impl ReplayPlan {
+    /// Prefill tokens.
+    pub fn prefill_tokens(&self) -> &[u32] {
+        &self.tokens[..self.prefill]
+    }
+
+    /// Decode tokens.
+    pub fn decode_tokens(&self) -> &[u32] {
+        &self.tokens[self.prefill..]
+    }
+
+    /// Row ids of each prefill ubatch.
+    pub fn ubatches(&self) -> std::slice::Chunks<'_, u64> {
+        let per = self.rows_per_token;
+        self.rows[..self.prefill * per].chunks(self.ubatch * per)
+    }
+
+    /// Row ids of each decode step.
+    pub fn decode_steps(&self) -> std::slice::Chunks<'_, u64> {
+        let per = self.rows_per_token;
+        self.rows[self.prefill * per..].chunks(per)
+    }
+}
+
+/// Latency percentiles (nearest rank).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Latency {
+    /// Median.
+    pub p50: Duration,
+    /// 90th percentile.
+    pub p90: Duration,
+    /// 99th percentile.
+    pub p99: Duration,
+    /// Slowest.
+    pub max: Duration,
+}
+
+impl Latency {
+    /// Percentiles of `xs`, `None` when empty.
+    pub fn of(xs: &[Duration]) -> Option<Latency> {
+        let mut v = xs.to_vec();
+        v.sort_unstable();
+        let rank = |p: usize| v[(v.len() * p).div_ceil(100).clamp(1, v.len()) - 1];
+        let max = *v.last()?;
+        Some(Latency {
+            p50: rank(50),
+            p90: rank(90),
+            p99: rank(99),
+            max,
+        })
+    }
+}
+
+/// One prefill ubatch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UbatchReport {
+    /// Position in the prefill.
+    pub index: usize,
+    /// Tokens.
+    pub tokens: usize,
+    /// Row ids (duplicates counted).
+    pub rows: usize,
+    /// Distinct row ids.
+    pub distinct_rows: usize,
+    /// Distinct file pages the distinct rows touch.
+    pub distinct_pages: u64,
+    /// Distinct rows that an earlier ubatch also needed.
+    pub reused_rows: usize,
+    /// The gather's time (on the lookahead worker with lookahead).
+    pub gather: Duration,
+    /// Time the replay loop waited for the rows (with lookahead: beyond
+    /// the previous ubatch's compute; without: the gather).
+    pub exposed: Duration,
+    /// Bytes the process read from the device for this ubatch.
+    pub read_bytes: Option<u64>,
+    /// Major faults the process took for this ubatch.
+    pub major_faults: Option<u64>,
+}
+
+/// Totals of one phase (prefill or decode).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PhaseReport {
+    /// Tokens.
+    pub tokens: usize,
+    /// Gathers (ubatches or decode steps).
+    pub steps: usize,
+    /// Row ids (duplicates counted).
+    pub rows: usize,
+    /// Distinct row ids over the phase.
+    pub distinct_rows: usize,
+    /// Sum over steps of the distinct rows an earlier step (of either
+    /// phase) also needed.
+    pub reused_rows: usize,
+    /// Total gather time (the PLE stage's time).
+    pub gather: Duration,
+    /// Total time the loop waited for rows.
+    pub exposed: Duration,
+    /// Wall time of the phase, simulated compute included.
+    pub wall: Duration,
+    /// Per-step gather time percentiles.
+    pub latency: Option<Latency>,
+    /// Bytes the process read from the device during the phase.
+    pub read_bytes: Option<u64>,
+    /// Major faults the process took during the phase.
+    pub major_faults: Option<u64>,
+}
+
+impl PhaseReport {
+    /// PLE-stage throughput: tokens per second of gather time.
+    pub fn tokens_per_s(&self) -> Option<f64> {
+        let s = self.gather.as_secs_f64();
+        (self.tokens > 0 && s > 0.0).then(|| self.tokens as f64 / s)
+    }
+}
+
+/// What an eviction found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Eviction {
+    /// Pages of the table's range (rounded outward).
+    pub pages: u64,
+    /// Of those, resident before eviction.
+    pub resident_before: Option<u64>,
+    /// Resident after (at most the two edge pages, which hold other bytes).
+    pub resident_after: Option<u64>,
+}
+
+/// Everything one replay measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayReport {
+    /// Strategy used.
+    pub strategy: Strategy,
+    /// Whether ubatches were prefetched.
+    pub lookahead: bool,
+    /// Simulated compute per ubatch.
+    pub compute: Duration,
+    /// Tokens per ubatch.
+    pub ubatch: usize,
+    /// Decode tokens drawn from the stream because it ran out.
+    pub drawn: usize,
+    /// Prefill totals.
+    pub prefill: PhaseReport,
+    /// Decode totals.
+    pub decode: PhaseReport,
+    /// Each prefill ubatch.
+    pub ubatches: Vec<UbatchReport>,
+    /// Evictions before prefill and before decode (with `cold`).
+    pub evictions: Vec<Eviction>,
+    /// [`checksum`] of every gathered float, prefill then decode.
+    pub checksum: u64,
+    /// Peak resident set of the process (`VmHWM`) after the replay.
+    pub peak_rss: Option<u64>,
+    /// The lookahead's counters (with `lookahead`).
+    pub lookahead_counters: Option<LookaheadCounters>,
+}
+
+/// Start value of [`checksum`].
+pub const CHECKSUM_INIT: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Folds `data` into the running checksum `h`: 64-bit FNV-1a over the f32
+/// bit patterns, one 32-bit word per float. Equal floats in equal order
+/// give equal sums, whatever the batching.
+pub fn checksum(mut h: u64, data: &[f32]) -> u64 {
+    for x in data {
+        h = (h ^ u64::from(x.to_bits())).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Replays token streams over one table of one model.
+#[derive(Debug, Clone)]
+pub struct Replayer {
+    model: Arc<Model>,
+    reader: TableReader,
+    mapper: ModelRows,
+}
+
+impl Replayer {
+    /// A replayer for `table` (normally the PLE table) of `model`; the
+    /// file's metadata picks the row mapper.
+    pub fn new(model: Arc<Model>, table: Table) -> Result<Replayer, ReplayError> {
+        let mapper = ModelRows::from_model(&model, &table)?;
+        let reader = TableReader::new(model.clone(), table)?;
+        Ok(Replayer {
+            model,
+            reader,
+            mapper,
+        })
+    }
+
+    /// The row mapper.
+    pub fn mapper(&self) -> &ModelRows {
+        &self.mapper
+    }
+
+    /// The reader gathered from.
+    pub fn reader(&self) -> &TableReader {
+        &self.reader
+    }
+
+    /// Splits `tokens` into prefill and decode tokens and maps them all
+    /// as one sequence (see the module docs for where decode tokens come
+    /// from).
+    pub fn plan(&self, tokens: &[u32], cfg: &ReplayConfig) -> Result<ReplayPlan, ReplayError> {
+        if tokens.is_empty() {
+            return Err(ReplayError::EmptyStream);
+        }
+        if cfg.ubatch == 0 {
+            return Err(ReplayError::ZeroUbatch);
+        }
+        let prefill = cfg
+            .prefill
+            .unwrap_or_else(|| tokens.len().saturating_sub(cfg.decode));
+        if prefill > tokens.len() {
+            return Err(ReplayError::PrefillTooLong {
+                prefill,
+                tokens: tokens.len(),
+            });
+        }
+        let follow = &tokens[prefill..tokens.len().min(prefill.saturating_add(cfg.decode))];
+        let drawn = cfg.decode - follow.len();
+        let mut all = Vec::with_capacity(prefill + cfg.decode);
+        all.extend_from_slice(&tokens[..prefill + follow.len()]);
+        let mut rng = SplitMix64(cfg.seed);
+        all.extend((0..drawn).map(|_| tokens[rng.below(tokens.len() as u64) as usize]));
+
+        let per = self.mapper.rows_per_token();
+        let mut seq = self.mapper.sequence();
+        let mut rows = Vec::with_capacity(all.len().saturating_mul(per));
+        for ub in all[..prefill].chunks(cfg.ubatch) {
+            seq.map_tokens(ub, &mut rows)?;
+        }
+        for t in &all[prefill..] {
+            seq.map_tokens(std::slice::from_ref(t), &mut rows)?;
+        }
+        Ok(ReplayPlan {
+            tokens: all,
+            prefill,
+            drawn,
+            ubatch: cfg.ubatch,
+            rows_per_token: per,
+            rows,
+        })
+    }
+
+    /// Drops the table's pages from this process's page tables and from
+    /// the page cache, and checks with `mincore` that they are gone
+    /// (retrying while pages are still under I/O).
+    pub fn evict(&self) -> Result<Eviction, ReplayError> {
+        let t = self.reader.table();
+        let m = self.reader.mapping().ok_or(ReplayError::NotMapped)?;
+        let shard = self
+            .model
+            .shards()
+            .get(t.shard)
+            .ok_or(ReplayError::NotMapped)?;
+        let file = File::open(shard.path()).map_err(ReplayError::Evict)?;
+        let range = t.offset..t.offset + t.bytes();
+        let page = m.page_size();
+        let pages = range.end.div_ceil(page) - range.start / page;
+        let resident_before = m.resident_pages(range.clone());
+        let mut resident_after = None;
+        for _ in 0..200 {
+            m.drop_resident(range.clone());
+            sys::evict(&file, range.clone()).map_err(ReplayError::Evict)?;
+            resident_after = m.resident_pages(range.clone());
+            match resident_after {
+                Some(r) if r > 2 => std::thread::sleep(Duration::from_millis(5)),
+                _ => {
+                    return Ok(Eviction {
+                        pages,
+                        resident_before,
+                        resident_after,
+                    })
+                }
+            }
+        }
+        Err(ReplayError::EvictIncomplete {
+            resident: resident_after.unwrap_or(0),
+            pages,
+        })
+    }
+
+    /// Gathers the plan's ubatches, then its decode steps, as `cfg` says.
+    pub fn run(&self, plan: &ReplayPlan, cfg: &ReplayConfig) -> Result<ReplayReport, ReplayError> {
+        let mut evictions = Vec::new();
+        if cfg.cold {
+            evictions.push(self.evict()?);
+        }
+        let lookahead = if cfg.lookahead {
+            Some(Lookahead::new(self.reader.clone(), cfg.strategy)?)
+        } else {
+            None
+        };
+        let elems = self.reader.row_elems();
+        let mut out = vec![0f32; plan.ubatch * plan.rows_per_token * elems];
+        let mut sum = CHECKSUM_INIT;
+
+        // Prefill.
+        let ubs: Vec<&[u64]> = plan.ubatches().collect();
+        let mut steps = Vec::with_capacity(ubs.len());
+        let phase_start = ProcSample::now();
+        let t_phase = Instant::now();
+        let mut last = phase_start;
+        let mut pending = lookahead
+            .as_ref()
+            .zip(ubs.first())
+            .map(|(la, r)| la.prefetch(r));
+        for (k, rows) in ubs.iter().enumerate() {
+            let dst = &mut out[..rows.len() * elems];
+            let t0 = Instant::now();
+            let gather = match pending.take() {
+                Some(p) => p.wait_into(dst)?.fetch_time,
+                None => {
+                    self.reader.gather(cfg.strategy, rows, dst)?;
+                    t0.elapsed()
+                }
+            };
+            let done = Instant::now();
+            let now = ProcSample::now();
+            if let (Some(la), Some(next)) = (&lookahead, ubs.get(k + 1)) {
+                pending = Some(la.prefetch(next));
+            }
+            steps.push(Step {
+                gather,
+                exposed: done - t0,
+                counters: now.since(&last),
+            });
+            last = now;
+            sum = checksum(sum, dst);
+            sleep_until(done + cfg.compute);
+        }
+        let prefill_wall = t_phase.elapsed();
+        let prefill_counters = ProcSample::now().since(&phase_start);
+
+        // Decode: one token per step, no lookahead (the next token is not
+        // known before the step's compute).
+        if cfg.cold && !plan.decode_tokens().is_empty() {
+            evictions.push(self.evict()?);
+        }
+        let phase_start = ProcSample::now();
+        let t_phase = Instant::now();
+        let mut decode_times = Vec::with_capacity(plan.decode_tokens().len());
+        for rows in plan.decode_steps() {
+            let dst = &mut out[..rows.len() * elems];
+            let t0 = Instant::now();
+            self.reader.gather(cfg.strategy, rows, dst)?;
+            decode_times.push(t0.elapsed());
+            sum = checksum(sum, dst);
+        }
+        let decode_wall = t_phase.elapsed();
+        let decode_counters = ProcSample::now().since(&phase_start);
+
+        // Row statistics, outside the timed loops.
+        let page = self
+            .reader
+            .mapping()
+            .map_or_else(sys::page_size, |m| m.page_size());
+        let mut seen = FxHashSet::default();
+        let mut ubatches = Vec::with_capacity(ubs.len());
+        let mut prefill = PhaseReport {
+            tokens: plan.prefill,
+            steps: ubs.len(),
+            wall: prefill_wall,
+            read_bytes: prefill_counters.read_bytes,
+            major_faults: prefill_counters.major_faults,
+            ..PhaseReport::default()
+        };
+        for (index, (rows, step)) in ubs.iter().zip(&steps).enumerate() {
+            let rs = RowStats::of(rows, &mut seen, self.reader.table(), page);
+            prefill.add(rows.len(), rs.reused, step.gather, step.exposed);
+            ubatches.push(UbatchReport {
+                index,
+                tokens: rows.len() / plan.rows_per_token.max(1),
+                rows: rows.len(),
+                distinct_rows: rs.distinct,
+                distinct_pages: rs.pages,
+                reused_rows: rs.reused,
+                gather: step.gather,
+                exposed: step.exposed,
+                read_bytes: step.counters.read_bytes,
+                major_faults: step.counters.major_faults,
+            });
+        }
+        prefill.distinct_rows = seen.len();
+        prefill.latency = Latency::of(&steps.iter().map(|s| s.gather).collect::<Vec<_>>());
+
+        let mut decode = PhaseReport {
+            tokens: plan.decode_tokens().len(),
+            steps: decode_times.len(),
+            wall: decode_wall,
+            latency: Latency::of(&decode_times),
+            read_bytes: decode_counters.read_bytes,
+            major_faults: decode_counters.major_faults,
+            ..PhaseReport::default()
+        };
+        let mut decode_seen = FxHashSet::default();
+        for (rows, &t) in plan.decode_steps().zip(&decode_times) {
+            let rs = RowStats::of(rows, &mut seen, self.reader.table(), page);
+            decode.add(rows.len(), rs.reused, t, t);
+            decode_seen.extend(rows.iter().copied());
+        }
+        decode.distinct_rows = decode_seen.len();
+
+        Ok(ReplayReport {
+            strategy: cfg.strategy,
+            lookahead: cfg.lookahead,
+            compute: cfg.compute,
+            ubatch: plan.ubatch,
+            drawn: plan.drawn,
+            prefill,
+            decode,
+            ubatches,
+            evictions,
+            checksum: sum,
+            peak_rss: peak_rss_bytes(),
+            lookahead_counters: lookahead.as_ref().map(Lookahead::counters),
+        })
+    }
+}
+
+impl PhaseReport {
+    fn add(&mut self, rows: usize, reused: usize, gather: Duration, exposed: Duration) {
+        self.rows += rows;
+        self.reused_rows += reused;
+        self.gather += gather;
+        self.exposed += exposed;
+    }
+}
+
+/// Timings and counters of one prefill gather.
+struct Step {
+    gather: Duration,
+    exposed: Duration,
+    counters: ProcSample,
+}
+
+/// Distinct rows and pages of one batch, and how many of its distinct rows
+/// `seen` held already (then adds them to `seen`).
+struct RowStats {
+    distinct: usize,
+    pages: u64,
+    reused: usize,
+}
+
+impl RowStats {
+    fn of(rows: &[u64], seen: &mut FxHashSet<u64>, t: &Table, page: u64) -> RowStats {
+        let mut d = rows.to_vec();
+        d.sort_unstable();
+        d.dedup();
+        let mut pages: Vec<u64> = Vec::with_capacity(d.len() * 2);
+        for &r in &d {
+            let start = t.offset + r * t.row_bytes;
+            let end = start + t.row_bytes.max(1) - 1;
+            pages.extend(start / page..=end / page);
+        }
+        pages.sort_unstable();
+        pages.dedup();
+        let reused = d.iter().filter(|&&r| !seen.insert(r)).count();
+        RowStats {
+            distinct: d.len(),
+            pages: pages.len() as u64,
+            reused,
+        }
+    }
+}
+
+fn sleep_until(deadline: Instant) {
+    let now = Instant::now();
+    if deadline > now {
+        std::thread::sleep(deadline - now);
+    }
+}
+
+/// SplitMix64, for the seeded decode draws.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        // n is at most a stream length: the modulo bias is negligible.
+        self.next() % n.max(1)
+    }
+}
+
+/// Process-wide I/O and fault counters at one moment (Linux `/proc/self`;
+/// `None` where unavailable).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcSample {
+    /// Bytes this process caused to be read from the storage layer
+    /// (`read_bytes` of `/proc/self/io`; page-cache hits do not count).
+    pub read_bytes: Option<u64>,
+    /// Major page faults of the process (`majflt` of `/proc/self/stat`).
+    pub major_faults: Option<u64>,
+}
+
+impl ProcSample {
+    /// The counters now.
+    pub fn now() -> ProcSample {
+        ProcSample {
+            read_bytes: proc_io_field("/proc/self/io", "read_bytes"),
+            major_faults: proc_major_faults(),
+        }
+    }
+
+    /// The counters of the calling thread now (`/proc/thread-self`).
+    pub fn thread() -> ProcSample {
+        ProcSample {
+            read_bytes: proc_io_field("/proc/thread-self/io", "read_bytes"),
+            major_faults: sys::thread_major_faults(),
+        }
+    }
+
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &ProcSample) -> ProcSample {
+        let d = |a: Option<u64>, b: Option<u64>| Some(a?.saturating_sub(b?));
+        ProcSample {
+            read_bytes: d(self.read_bytes, earlier.read_bytes),
+            major_faults: d(self.major_faults, earlier.major_faults),
+        }
+    }
+}
+
+/// `key: value` from a `/proc/*/io`-style file.
+fn proc_io_field(path: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `majflt`, field 12 of `/proc/self/stat` (counted after the command
+/// name, which may hold spaces and parentheses).
+fn proc_major_faults() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after = &text[text.rfind(')')? + 1..];
+    after.split_whitespace().nth(9)?.parse().ok()
+}
+
+/// Peak resident set size of the process in bytes (`VmHWM`), if the OS
+/// tells.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let ms = |v: u64| Duration::from_millis(v);
+        let xs: Vec<Duration> = (1..=100).rev().map(ms).collect();
+        let l = Latency::of(&xs).unwrap();
+        assert_eq!(
+            (l.p50, l.p90, l.p99, l.max),
+            (ms(50), ms(90), ms(99), ms(100))
+        );
+        let one = Latency::of(&[ms(7)]).unwrap();
+        assert_eq!((one.p50, one.p99, one.max), (ms(7), ms(7), ms(7)));
+        assert!(Latency::of(&[]).is_none());
+    }
+
+    #[test]
+    fn checksum_is_order_sensitive_and_split_invariant() {
+        let a = [1.0f32, -0.0, f32::NAN, 3.5];
+        let whole = checksum(CHECKSUM_INIT, &a);
+        assert_eq!(checksum(checksum(CHECKSUM_INIT, &a[..1]), &a[1..]), whole);
+        assert_ne!(checksum(CHECKSUM_INIT, &[-0.0, 1.0, f32::NAN, 3.5]), whole);
+        assert_ne!(checksum(CHECKSUM_INIT, &[1.0, 0.0, f32::NAN, 3.5]), whole);
+    }
+
+    #[test]
+    fn row_stats_count_pages_and_reuse() {
+        let t = Table::new("t", crate::quant::GgmlType::IQ4_NL, &[160, 1000], 0, 4000).unwrap();
+        let mut seen = FxHashSet::default();
+        // Row 0: bytes 4000..4090 straddle pages 0 and 1 (4096-byte pages).
+        let rs = RowStats::of(&[0, 0, 2], &mut seen, &t, 4096);
+        assert_eq!((rs.distinct, rs.pages, rs.reused), (2, 2, 0));
+        let rs = RowStats::of(&[2, 500], &mut seen, &t, 4096);
+        assert_eq!((rs.distinct, rs.pages, rs.reused), (2, 2, 1));
+    }
+
+    #[test]
+    fn proc_counters_parse_when_present() {
+        if std::path::Path::new("/proc/self/io").exists() {
+            let s = ProcSample::now();
+            assert!(s.read_bytes.is_some() && s.major_faults.is_some());
+            assert!(peak_rss_bytes().is_some_and(|b| b > 0));
+        }
+    }
+}
