@@ -6,6 +6,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod cgroup;
 pub mod fetch;
 pub mod gguf;

@@ -24,7 +24,18 @@ pub struct Fixture {
 impl Fixture {
     /// A qwen4exp IQ4_NL table of `rows` rows (the table ends the file).
     pub fn qwen(rows: u64, seed: u64) -> Fixture {
-        let file = tempfile::NamedTempFile::new().unwrap();
+        Fixture::qwen_with(tempfile::NamedTempFile::new().unwrap(), rows, seed)
+    }
+
+    /// Like [`Fixture::qwen`], in the cargo target's scratch directory (a
+    /// real disk file system, so eviction from the page cache works, which
+    /// it does not on a tmpfs `/tmp`).
+    pub fn qwen_on_disk(rows: u64, seed: u64) -> Fixture {
+        let dir = env!("CARGO_TARGET_TMPDIR");
+        Fixture::qwen_with(tempfile::NamedTempFile::new_in(dir).unwrap(), rows, seed)
+    }
+
+    fn qwen_with(file: tempfile::NamedTempFile, rows: u64, seed: u64) -> Fixture {
         let f = file.reopen().unwrap();
         SynthSpec::qwen(GgmlType::IQ4_NL, rows, seed)
             .write(f, &mut |_| {})

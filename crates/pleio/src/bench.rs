@@ -1,0 +1,888 @@
+//! The gather benchmark behind `pleio bench`: every strategy on the same
+//! random row lists, cold (the table's byte range evicted before each batch,
+//! checked with `mincore`) and warm (the same rows again, resident), plus the
+//! device floor (`limit`: the batch's distinct pages read with `O_DIRECT` at
+//! queue depth 64, measured in the same run).
+//!
+//! Per arm: mean, median and p99 latency, bytes the process read from the
+//! device (`/proc/self/io`), major faults of the gathering thread, advice
+//! failures, read requests, peak RSS during a gather (`VmHWM`, reset before
+//! each gather through `/proc/self/clear_refs`), and the ratio to `fault`
+//! and to `limit`. Every arm's f32 output is compared bit for bit with the
+//! first arm's output for the same rows; a difference fails the run.
+//!
+//! Library code so other commands (`demo`, `replay`) can reuse the pieces:
+//! [`Evictor`], [`proc_read_bytes`], [`peak_rss`], [`Machine`].
+
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::fetch::{GatherError, GatherStats, Strategy, TableReader};
+use crate::gguf::GgufError;
+use crate::io::{IoError, UringBackend, UringConfig};
+use crate::model::Model;
+use crate::sys;
+use crate::table::{Table, TableError};
+
+/// Errors of a benchmark run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    /// The file is not a readable GGUF.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    /// No table to read.
+    #[error(transparent)]
+    Table(#[from] TableError),
+    /// A gather failed.
+    #[error("{strategy}: {source}")]
+    Gather {
+        /// The strategy.
+        strategy: &'static str,
+        /// What went wrong.
+        #[source]
+        source: GatherError,
+    },
+    /// The `limit` arm's `O_DIRECT` reads failed.
+    #[error("limit arm (O_DIRECT io_uring): {0}")]
+    Limit(#[source] IoError),
+    /// The table could not be evicted from the page cache.
+    #[error("cannot evict the table from the page cache: {0}")]
+    Evict(String),
+    /// `--cold mincore` found too few nonresident rows.
+    #[error("found only {found} of {want} rows on nonresident pages")]
+    NoColdRows {
+        /// Rows found.
+        found: usize,
+        /// Rows wanted.
+        want: usize,
+    },
+    /// Two arms decoded the same rows to different bits.
+    #[error("{strategy} gave different f32 bits than {reference} for the same {rows} rows (batch {batch}, {phase})")]
+    Mismatch {
+        /// The arm that differs.
+        strategy: &'static str,
+        /// The arm it was compared with.
+        reference: &'static str,
+        /// Rows in the batch.
+        rows: usize,
+        /// Batch index.
+        batch: usize,
+        /// `cold` or `warm`.
+        phase: &'static str,
+    },
+    /// The configuration cannot run.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// How cold batches are made cold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColdMode {
+    /// Before each cold batch, the table's byte range is dropped from this
+    /// process's page tables and from the page cache
+    /// (`posix_fadvise(DONTNEED)`), verified with `mincore`.
+    Evict,
+    /// Nothing is evicted: each cold batch's rows are drawn among rows
+    /// whose pages `mincore` reports nonresident (the reference's method).
+    Mincore,
+    /// No cold arms: warm arms only.
+    None,
+}
+
+impl ColdMode {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ColdMode::Evict => "evict",
+            ColdMode::Mincore => "mincore",
+            ColdMode::None => "none",
+        }
+    }
+}
+
+impl FromStr for ColdMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [ColdMode::Evict, ColdMode::Mincore, ColdMode::None]
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown cold mode {s:?} (known: evict, mincore, none)"))
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Batch sizes (rows per gather).
+    pub rows: Vec<usize>,
+    /// Strategies to run (`fault` is added if missing: ratios need it).
+    pub strategies: Vec<Strategy>,
+    /// Cold batches per size (also the number of distinct warm row lists).
+    pub batches: usize,
+    /// How cold batches are made.
+    pub cold: ColdMode,
+    /// Seed of the row lists.
+    pub seed: u64,
+    /// Include the `limit` arm (the device floor, cold only).
+    pub limit: bool,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        BenchConfig {
+            rows: vec![16, 1792, 8192],
+            strategies: Strategy::ALL.to_vec(),
+            batches: 30,
+            cold: ColdMode::Evict,
+            seed: 1,
+            limit: true,
+        }
+    }
+}
+
+/// The machine a run happened on.
+#[derive(Debug, Clone, Default)]
+pub struct Machine {
+    /// CPU model (`/proc/cpuinfo`).
+    pub cpu: String,
+    /// Logical CPUs available to this process.
+    pub cpus: usize,
+    /// Physical memory in bytes (`/proc/meminfo`).
+    pub mem_bytes: u64,
+    /// Kernel release.
+    pub kernel: String,
+    /// Page size in bytes.
+    pub page_bytes: u64,
+}
+
+impl Machine {
+    /// Describes this machine (fields the OS does not tell stay empty).
+    pub fn detect() -> Machine {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let cpuinfo = read("/proc/cpuinfo");
+        let cpu = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .unwrap_or_default();
+        let mem_bytes = read("/proc/meminfo")
+            .lines()
+            .find(|l| l.starts_with("MemTotal:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024);
+        Machine {
+            cpu,
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            mem_bytes,
+            kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
+            page_bytes: sys::page_size(),
+        }
+    }
+}
+
+/// Bytes this process has caused to be read from storage so far
+/// (`read_bytes` of `/proc/self/io`: every thread, io_uring workers
+/// included), if the OS tells.
+pub fn proc_read_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/io").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("read_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Peak resident set size of this process in bytes (`VmHWM`), if known.
+pub fn peak_rss() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+}
+
+/// Resets [`peak_rss`] to the current RSS (`/proc/self/clear_refs`, value
+/// 5); false where the OS refuses.
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// Evicts a table's byte range from the page cache and proves it.
+#[derive(Debug)]
+pub struct Evictor {
+    file: File,
+    range: Range<u64>,
+}
+
+impl Evictor {
+    /// An evictor for `range` of the file at `path`.
+    pub fn new(path: &Path, range: Range<u64>) -> Result<Evictor, BenchError> {
+        let file = File::open(path).map_err(|e| BenchError::Evict(format!("{}: {e}", path.display())))?;
+        Ok(Evictor { file, range })
+    }
+
+    /// Drops `reader`'s page-table entries for the range, then the page
+    /// cache's pages (`posix_fadvise(DONTNEED)`), retrying until `mincore`
+    /// sees at most the two partial edge pages (pages under readahead I/O
+    /// cannot be dropped until it completes). Also tells `reader` to forget
+    /// what `auto` believed resident.
+    pub fn evict(&self, reader: &TableReader) -> Result<(), BenchError> {
+        let m = reader
+            .mapping()
+            .ok_or_else(|| BenchError::Evict("the table's shard is not mapped".into()))?;
+        let mut left = u64::MAX;
+        for _ in 0..200 {
+            if !m.drop_resident(self.range.clone()) {
+                return Err(BenchError::Evict("MADV_DONTNEED refused".into()));
+            }
+            sys::evict(&self.file, self.range.clone())
+                .map_err(|e| BenchError::Evict(format!("posix_fadvise: {e}")))?;
+            left = m
+                .resident_pages(self.range.clone())
+                .ok_or_else(|| BenchError::Evict("mincore unavailable".into()))?;
+            if left <= 2 {
+                reader.forget_residency();
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Err(BenchError::Evict(format!(
+            "{left} pages still resident after 200 tries (a tmpfs file, or mapped by another process?)"
+        )))
+    }
+}
+
+/// The table measured.
+#[derive(Debug, Clone)]
+pub struct TableInfo {
+    /// Tensor name.
+    pub name: String,
+    /// ggml type name.
+    pub ty: String,
+    /// Rows.
+    pub rows: u64,
+    /// Bytes per row.
+    pub row_bytes: u64,
+    /// Floats per row.
+    pub row_elems: u64,
+    /// Table bytes.
+    pub bytes: u64,
+    /// Byte offset of row 0 in its file.
+    pub offset: u64,
+}
+
+/// One measured arm: one strategy (or `limit`) at one batch size, cold or warm.
+#[derive(Debug, Clone, Default)]
+pub struct Arm {
+    /// Strategy name, or `limit`.
+    pub strategy: &'static str,
+    /// Rows per gather.
+    pub rows: usize,
+    /// Cold (true) or warm.
+    pub cold: bool,
+    /// Timed gathers.
+    pub samples: usize,
+    /// Mean latency of one gather, microseconds.
+    pub mean_us: f64,
+    /// Median latency.
+    pub median_us: f64,
+    /// 99th percentile latency (nearest rank).
+    pub p99_us: f64,
+    /// Mean microseconds per requested row.
+    pub us_per_row: f64,
+    /// Mean distinct pages per gather.
+    pub distinct_pages: f64,
+    /// Mean bytes read from the device per gather (`/proc/self/io`).
+    pub bytes_read: f64,
+    /// Mean major faults per gather (gathering thread).
+    pub major_faults: f64,
+    /// Advice calls refused, summed over the arm.
+    pub advice_failures: u64,
+    /// Mean read requests per gather.
+    pub read_requests: f64,
+    /// Mean rows per gather read as cold (`auto`: believed cold).
+    pub cold_rows: f64,
+    /// Gathers in which `auto` detected an eviction and re-armed.
+    pub rearms: u64,
+    /// The backend stood in for an unavailable one (e.g. no io_uring).
+    pub fallback: bool,
+    /// Largest peak RSS seen during one gather of the arm, bytes.
+    pub peak_rss: Option<u64>,
+    /// `mean_us` over `fault`'s at the same size and temperature.
+    pub ratio_to_fault: Option<f64>,
+    /// `mean_us` over `limit`'s at the same size (cold arms).
+    pub ratio_to_limit: Option<f64>,
+}
+
+/// Costs of the ways `auto` could learn residency (measured in the run).
+#[derive(Debug, Clone, Default)]
+pub struct ResidencyCosts {
+    /// One clock read (`Instant::now`), nanoseconds: the warm path pays one
+    /// per 8 rows.
+    pub clock_ns: f64,
+    /// One `mincore` of a row's pages, microseconds: what sampling every
+    /// row would cost per row.
+    pub mincore_row_us: f64,
+    /// One `mincore` over the whole table, milliseconds: a full refresh.
+    pub mincore_table_ms: f64,
+}
+
+/// A whole run.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Where it ran.
+    pub machine: Machine,
+    /// The file.
+    pub file: PathBuf,
+    /// The file's size.
+    pub file_bytes: u64,
+    /// The table.
+    pub table: TableInfo,
+    /// How cold batches were made.
+    pub cold: ColdMode,
+    /// Seed of the row lists.
+    pub seed: u64,
+    /// Batches per size.
+    pub batches: usize,
+    /// Measured costs of residency checks.
+    pub residency: ResidencyCosts,
+    /// Every arm, by size, cold before warm.
+    pub arms: Vec<Arm>,
+}
+
+/// Progress of a run: `done` of `total` gathers, and what runs now.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress<'a> {
+    /// Steps done.
+    pub done: u64,
+    /// Steps in the run.
+    pub total: u64,
+    /// The current phase (`cold 1792 rows` ...).
+    pub phase: &'a str,
+}
+
+/// A small deterministic generator for row lists.
+#[derive(Debug, Clone)]
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// A value in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n.max(1)
+    }
+}
+
+/// Warm gathers timed per row list: enough to make a 16-row gather's
+/// microseconds visible, few for big batches.
+fn warm_reps(rows: usize) -> usize {
+    (16_384 / rows.max(1)).clamp(3, 256)
+}
+
+/// Mean, median and p99 of `xs` (sorted in place).
+fn summary(xs: &mut [f64]) -> (f64, f64, f64) {
+    if xs.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    xs.sort_by(f64::total_cmp);
+    let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+    let rank = ((xs.len() as f64 * 0.99).ceil() as usize).clamp(1, xs.len());
+    (mean, xs[xs.len() / 2], xs[rank - 1])
+}
+
+/// Accumulates one arm's samples.
+#[derive(Default)]
+struct Acc {
+    times: Vec<f64>,
+    pages: u64,
+    read: u64,
+    faults: u64,
+    failures: u64,
+    requests: u64,
+    cold_rows: u64,
+    rearms: u64,
+    fallback: bool,
+    peak: Option<u64>,
+    gathers: u64,
+}
+
+impl Acc {
+    fn add(&mut self, s: &GatherStats) {
+        self.failures += s.advice_failures;
+        self.requests += s.read_requests;
+        self.cold_rows += s.cold_rows;
+        self.rearms += u64::from(s.rearmed);
+        self.fallback |= s.fallback;
+    }
+
+    fn arm(mut self, strategy: &'static str, rows: usize, cold: bool) -> Arm {
+        let (mean, median, p99) = summary(&mut self.times);
+        let per = |x: u64| x as f64 / self.gathers.max(1) as f64;
+        Arm {
+            strategy,
+            rows,
+            cold,
+            samples: self.times.len(),
+            mean_us: mean,
+            median_us: median,
+            p99_us: p99,
+            us_per_row: mean / rows.max(1) as f64,
+            distinct_pages: per(self.pages),
+            bytes_read: per(self.read),
+            major_faults: per(self.faults),
+            advice_failures: self.failures,
+            read_requests: per(self.requests),
+            cold_rows: per(self.cold_rows),
+            rearms: self.rearms,
+            fallback: self.fallback,
+            peak_rss: self.peak,
+            ratio_to_fault: None,
+            ratio_to_limit: None,
+        }
+    }
+}
+
+/// A table opened for benchmarking.
+pub struct Bench {
+    path: PathBuf,
+    reader: TableReader,
+    evictor: Evictor,
+    page: u64,
+    limit: std::sync::OnceLock<Result<UringBackend, String>>,
+}
+
+impl std::fmt::Debug for Bench {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bench").field("path", &self.path).finish()
+    }
+}
+
+/// What one timed call measured.
+struct Sample {
+    us: f64,
+    read: u64,
+    faults: u64,
+    peak: Option<u64>,
+}
+
+/// Times `f` with the process's device reads, the thread's major faults and
+/// the peak RSS around it (all read outside the timed region).
+fn measure<T>(f: impl FnOnce() -> T) -> (T, Sample) {
+    reset_peak_rss();
+    let read0 = proc_read_bytes().unwrap_or(0);
+    let faults0 = sys::thread_major_faults().unwrap_or(0);
+    let t = Instant::now();
+    let r = f();
+    let us = t.elapsed().as_secs_f64() * 1e6;
+    let faults = sys::thread_major_faults().unwrap_or(0).saturating_sub(faults0);
+    let read = proc_read_bytes().unwrap_or(0).saturating_sub(read0);
+    let sample = Sample {
+        us,
+        read,
+        faults,
+        peak: peak_rss(),
+    };
+    (r, sample)
+}
+
+impl Bench {
+    /// Opens the PLE table (or `tensor`) of the GGUF at `path`.
+    pub fn open(path: &Path, tensor: Option<&str>) -> Result<Bench, BenchError> {
+        let model = Arc::new(Model::open(path)?);
+        let table = Table::from_model(&model, tensor)?;
+        let range = table.offset..table.offset + table.bytes();
+        let reader = TableReader::new(model, table).map_err(|source| BenchError::Gather {
+            strategy: "open",
+            source,
+        })?;
+        let page = reader.mapping().map_or_else(sys::page_size, |m| m.page_size());
+        Ok(Bench {
+            path: path.to_path_buf(),
+            evictor: Evictor::new(path, range)?,
+            reader,
+            page,
+            limit: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The reader measured.
+    pub fn reader(&self) -> &TableReader {
+        &self.reader
+    }
+
+    /// The table's geometry.
+    pub fn table_info(&self) -> TableInfo {
+        let t = self.reader.table();
+        TableInfo {
+            name: t.name.clone(),
+            ty: t.ty.to_string(),
+            rows: t.n_rows,
+            row_bytes: t.row_bytes,
+            row_elems: t.row_elems,
+            bytes: t.bytes(),
+            offset: t.offset,
+        }
+    }
+
+    /// Distinct pages (absolute page indices, sorted) the rows touch.
+    pub fn distinct_pages(&self, rows: &[u64]) -> Vec<u64> {
+        let t = self.reader.table();
+        let mut pages: Vec<u64> = rows
+            .iter()
+            .flat_map(|&r| {
+                let s = t.offset + r * t.row_bytes;
+                s / self.page..=(s + t.row_bytes - 1) / self.page
+            })
+            .collect();
+        pages.sort_unstable();
+        pages.dedup();
+        pages
+    }
+
+    fn random_rows(&self, rng: &mut Lcg, n: usize) -> Vec<u64> {
+        let total = self.reader.table().n_rows;
+        (0..n).map(|_| rng.below(total)).collect()
+    }
+
+    /// `n` random rows whose pages `mincore` reports nonresident.
+    fn nonresident_rows(&self, rng: &mut Lcg, n: usize) -> Result<Vec<u64>, BenchError> {
+        let t = self.reader.table();
+        let m = self
+            .reader
+            .mapping()
+            .ok_or_else(|| BenchError::Config("--cold mincore needs the table mapped".into()))?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n.saturating_mul(64).max(1024) {
+            if out.len() == n {
+                break;
+            }
+            let r = rng.below(t.n_rows);
+            let s = t.offset + r * t.row_bytes;
+            if m.resident_pages(s..s + t.row_bytes) == Some(0) {
+                out.push(r);
+            }
+        }
+        if out.len() < n {
+            return Err(BenchError::NoColdRows {
+                found: out.len(),
+                want: n,
+            });
+        }
+        Ok(out)
+    }
+
+    fn limit_backend(&self) -> Result<&UringBackend, BenchError> {
+        let cfg = UringConfig {
+            queue_depth: 64,
+            direct: true,
+            ..UringConfig::default()
+        };
+        self.limit
+            .get_or_init(|| UringBackend::open(&self.path, cfg).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| BenchError::Config(format!("limit arm: {e}")))
+    }
+
+    /// Measures what `auto`'s residency options cost here (see
+    /// [`ResidencyCosts`]), on `rows` random rows.
+    pub fn residency_costs(&self, rows: usize) -> ResidencyCosts {
+        let t = self.reader.table();
+        let mut rng = Lcg(0x5eed);
+        let list = self.random_rows(&mut rng, rows.max(1));
+        let n = 100_000;
+        let c = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(Instant::now());
+        }
+        let clock_ns = c.elapsed().as_secs_f64() * 1e9 / f64::from(n);
+        let (mut mincore_row_us, mut mincore_table_ms) = (f64::NAN, f64::NAN);
+        if let Some(m) = self.reader.mapping() {
+            let c = Instant::now();
+            for &r in &list {
+                let s = t.offset + r * t.row_bytes;
+                std::hint::black_box(m.resident_pages(s..s + t.row_bytes));
+            }
+            mincore_row_us = c.elapsed().as_secs_f64() * 1e6 / list.len() as f64;
+            let c = Instant::now();
+            std::hint::black_box(m.resident_pages(t.offset..t.offset + t.bytes()));
+            mincore_table_ms = c.elapsed().as_secs_f64() * 1e3;
+        }
+        ResidencyCosts {
+            clock_ns,
+            mincore_row_us,
+            mincore_table_ms,
+        }
+    }
+
+    fn gather(
+        &self,
+        s: Strategy,
+        rows: &[u64],
+        out: &mut [f32],
+        acc: &mut Acc,
+    ) -> Result<(), BenchError> {
+        let (r, sample) = measure(|| self.reader.gather(s, rows, out));
+        let stats = r.map_err(|source| BenchError::Gather {
+            strategy: s.name(),
+            source,
+        })?;
+        acc.add(&stats);
+        acc.times.push(sample.us);
+        acc.read += sample.read;
+        acc.faults += sample.faults;
+        acc.peak = acc.peak.max(sample.peak);
+        acc.gathers += 1;
+        Ok(())
+    }
+
+    /// Runs every arm of `cfg`, reporting progress.
+    pub fn run(
+        &self,
+        cfg: &BenchConfig,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<Report, BenchError> {
+        if cfg.batches == 0 || cfg.rows.is_empty() || cfg.rows.contains(&0) {
+            return Err(BenchError::Config(
+                "need at least one batch and non-zero batch sizes".into(),
+            ));
+        }
+        let mut strategies = cfg.strategies.clone();
+        strategies.dedup();
+        if !strategies.contains(&Strategy::Fault) {
+            strategies.insert(0, Strategy::Fault);
+        }
+        let cold_on = cfg.cold != ColdMode::None;
+        let limit_on = cold_on && cfg.limit;
+        if limit_on {
+            self.limit_backend()?;
+        }
+        let arms_per_batch = strategies.len() as u64;
+        let total: u64 = cfg.rows.len() as u64
+            * cfg.batches as u64
+            * (u64::from(cold_on) * (arms_per_batch + u64::from(limit_on)) + arms_per_batch);
+        let mut done = 0u64;
+        let elems = self.reader.row_elems();
+        let mut arms = Vec::new();
+        for &n in &cfg.rows {
+            let mut rng = Lcg(cfg.seed ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let lists: Vec<Vec<u64>> = (0..cfg.batches)
+                .map(|_| self.random_rows(&mut rng, n))
+                .collect();
+            let mut reference = vec![0f32; n * elems];
+            let mut out = vec![0f32; n * elems];
+            let phases: &[bool] = if cold_on { &[true, false] } else { &[false] };
+            for &cold in phases {
+                let label = format!("{} {n} rows", if cold { "cold" } else { "warm" });
+                let mut accs: Vec<Acc> = strategies.iter().map(|_| Acc::default()).collect();
+                let mut limit = Acc::default();
+                for (b, list) in lists.iter().enumerate() {
+                    for (k, &s) in strategies.iter().enumerate() {
+                        progress(Progress {
+                            done,
+                            total,
+                            phase: &label,
+                        });
+                        let rows = if cold && cfg.cold == ColdMode::Mincore {
+                            self.nonresident_rows(&mut rng, n)?
+                        } else {
+                            list.clone()
+                        };
+                        if cold {
+                            if cfg.cold == ColdMode::Evict {
+                                self.evictor.evict(&self.reader)?;
+                            }
+                            self.gather(s, &rows, &mut out, &mut accs[k])?;
+                            accs[k].pages += self.distinct_pages(&rows).len() as u64;
+                        } else {
+                            // Bring the rows in, then time repeats.
+                            let mut untimed = Acc::default();
+                            self.gather(s, &rows, &mut out, &mut untimed)?;
+                            for _ in 0..warm_reps(n) {
+                                self.gather(s, &rows, &mut out, &mut accs[k])?;
+                                accs[k].pages += self.distinct_pages(&rows).len() as u64;
+                            }
+                        }
+                        self.check(cfg, (s, k, strategies[0]), &rows, &out, &mut reference, b, cold)?;
+                        done += 1;
+                    }
+                    if cold && limit_on {
+                        progress(Progress {
+                            done,
+                            total,
+                            phase: &label,
+                        });
+                        let rows = if cfg.cold == ColdMode::Mincore {
+                            self.nonresident_rows(&mut rng, n)?
+                        } else {
+                            self.evictor.evict(&self.reader)?;
+                            list.clone()
+                        };
+                        let pages = self.distinct_pages(&rows);
+                        let backend = self.limit_backend()?;
+                        let (r, sample) = measure(|| backend.read_pages(&pages, self.page as usize));
+                        r.map_err(BenchError::Limit)?;
+                        limit.times.push(sample.us);
+                        limit.read += sample.read;
+                        limit.peak = limit.peak.max(sample.peak);
+                        limit.pages += pages.len() as u64;
+                        limit.requests += pages.len() as u64;
+                        limit.gathers += 1;
+                        done += 1;
+                    }
+                }
+                let mut group: Vec<Arm> = strategies
+                    .iter()
+                    .zip(accs)
+                    .map(|(s, a)| a.arm(s.name(), n, cold))
+                    .collect();
+                if cold && limit_on {
+                    group.push(limit.arm("limit", n, true));
+                }
+                let fault = group.iter().find(|a| a.strategy == "fault").map(|a| a.mean_us);
+                let lim = group.iter().find(|a| a.strategy == "limit").map(|a| a.mean_us);
+                for a in &mut group {
+                    a.ratio_to_fault = fault.filter(|&f| f > 0.0).map(|f| a.mean_us / f);
+                    a.ratio_to_limit = lim.filter(|&l| l > 0.0).map(|l| a.mean_us / l);
+                }
+                arms.extend(group);
+            }
+        }
+        progress(Progress {
+            done: total,
+            total,
+            phase: "done",
+        });
+        Ok(Report {
+            machine: Machine::detect(),
+            file: self.path.clone(),
+            file_bytes: std::fs::metadata(&self.path).map_or(0, |m| m.len()),
+            table: self.table_info(),
+            cold: cfg.cold,
+            seed: cfg.seed,
+            batches: cfg.batches,
+            residency: self.residency_costs(1792),
+            arms,
+        })
+    }
+
+    /// Checks `out` against the batch's reference: the first arm's output
+    /// for the same rows (with `--cold mincore` cold rows differ per arm, so
+    /// the reference is a `fault` gather of the same rows).
+    #[allow(clippy::too_many_arguments)]
+    fn check(
+        &self,
+        cfg: &BenchConfig,
+        (s, k, first): (Strategy, usize, Strategy),
+        rows: &[u64],
+        out: &[f32],
+        reference: &mut [f32],
+        batch: usize,
+        cold: bool,
+    ) -> Result<(), BenchError> {
+        let phase = if cold { "cold" } else { "warm" };
+        let reference_name;
+        if cold && cfg.cold == ColdMode::Mincore {
+            self.reader
+                .gather(Strategy::Fault, rows, reference)
+                .map_err(|source| BenchError::Gather {
+                    strategy: "fault",
+                    source,
+                })?;
+            reference_name = "fault";
+        } else if k == 0 {
+            reference.copy_from_slice(out);
+            return Ok(());
+        } else {
+            reference_name = first.name();
+        }
+        let same = out
+            .iter()
+            .zip(reference.iter())
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        if same {
+            Ok(())
+        } else {
+            Err(BenchError::Mismatch {
+                strategy: s.name(),
+                reference: reference_name,
+                rows: rows.len(),
+                batch,
+                phase,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::GgmlType;
+    use crate::synth::SynthSpec;
+
+    fn bench() -> (tempfile::NamedTempFile, Bench) {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        SynthSpec::qwen(GgmlType::IQ4_NL, 4000, 2)
+            .write(file.reopen().unwrap(), &mut |_| {})
+            .unwrap();
+        let b = Bench::open(file.path(), None).unwrap();
+        (file, b)
+    }
+
+    #[test]
+    fn a_different_bit_fails_the_check() {
+        let (_f, b) = bench();
+        let cfg = BenchConfig::default();
+        let rows = [1u64, 7, 3999];
+        let mut want = vec![0f32; rows.len() * b.reader().row_elems()];
+        b.reader().gather(Strategy::Fault, &rows, &mut want).unwrap();
+        let mut reference = vec![0f32; want.len()];
+        let first = (Strategy::Fault, 0, Strategy::Fault);
+        b.check(&cfg, first, &rows, &want, &mut reference, 0, true)
+            .unwrap();
+        let same = (Strategy::Uring, 1, Strategy::Fault);
+        b.check(&cfg, same, &rows, &want, &mut reference, 0, true)
+            .unwrap();
+        let mut bad = want.clone();
+        bad[200] = f32::from_bits(bad[200].to_bits() ^ 1);
+        let e = b
+            .check(&cfg, same, &rows, &bad, &mut reference, 3, false)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                BenchError::Mismatch { strategy: "uring", reference: "fault", rows: 3, batch: 3, phase: "warm" }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn summary_and_pages() {
+        let mut xs: Vec<f64> = (1..=100).map(f64::from).collect();
+        xs.reverse();
+        let (mean, median, p99) = summary(&mut xs);
+        assert_eq!((mean, median, p99), (50.5, 51.0, 99.0));
+        let (_f, b) = bench();
+        let t = b.reader().table().clone();
+        // Duplicates count once; a straddling row counts both pages.
+        let page = sys::page_size();
+        let straddler = (0..t.n_rows)
+            .find(|r| {
+                let s = t.offset + r * t.row_bytes;
+                s / page != (s + t.row_bytes - 1) / page
+            })
+            .unwrap();
+        assert_eq!(b.distinct_pages(&[straddler, straddler]).len(), 2);
+        assert_eq!("mincore".parse::<ColdMode>(), Ok(ColdMode::Mincore));
+        assert!("hot".parse::<ColdMode>().is_err());
+    }
+}
