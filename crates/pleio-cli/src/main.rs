@@ -2,6 +2,7 @@
 
 mod cmd;
 mod output;
+mod plot;
 
 use clap::{Parser, Subcommand};
 
@@ -23,6 +24,8 @@ enum Command {
     Gather(cmd::gather::Args),
     /// Print the row ids a text or token stream needs (qwen4exp n-gram hash, gemma4 identity).
     Rows(cmd::rows::Args),
+    /// Show how much of a table is in the page cache, with a heat strip along it.
+    Residency(cmd::residency::Args),
 }
 
 fn main() {
@@ -32,6 +35,7 @@ fn main() {
         Command::Synth(a) => cmd::synth::run(a),
         Command::Gather(a) => cmd::gather::run(a),
         Command::Rows(a) => cmd::rows::run(a),
+        Command::Residency(a) => cmd::residency::run(a),
     };
     if let Err(e) = result {
         eprintln!("pleio: error: {e:#}");

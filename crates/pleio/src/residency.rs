@@ -5,14 +5,22 @@
 //! the kernel with `mincore` which of its pages are in the page cache. On a
 //! file mapping `mincore` reports page-cache residency whether or not this
 //! process ever touched the page, and it never faults anything in: the scan
-//! reads no byte of the table and leaves the cache as it found it.
+//! reads no byte of the file and leaves the cache as it found it.
+//!
+//! Opening a model does read: parsing the header faults its first pages in,
+//! and the kernel reads around them (a whole readahead window, up to
+//! megabytes of the table behind the header). [`scan_path`] therefore
+//! snapshots every file of the model *before* opening it.
 
 use std::fs::File;
 use std::ops::Range;
+use std::path::{Path, PathBuf};
 
+use crate::gguf::{parse_split_path, split_path, GgufError};
 use crate::map::Mapping;
 use crate::model::Model;
-use crate::table::Table;
+use crate::sys::{self, MemRun};
+use crate::table::{Table, TableError};
 
 /// Buckets of the heat strip unless told otherwise.
 pub const DEFAULT_BUCKETS: usize = 64;
@@ -56,6 +64,12 @@ pub enum ResidencyError {
     /// `noop-os` feature), or the kernel refused.
     #[error("page-cache residency is not available here (mincore refused or not in this build)")]
     Unsupported,
+    /// The model could not be opened.
+    #[error(transparent)]
+    Model(#[from] GgufError),
+    /// The table was not found or is not a table.
+    #[error(transparent)]
+    Table(#[from] TableError),
 }
 
 /// What part of a byte range of a file is in the page cache.
@@ -91,73 +105,104 @@ impl Residency {
     }
 }
 
-/// Scans `range` of `file` into `buckets` buckets (see [`Residency`]).
-///
-/// Maps `file` afresh for the scan and unmaps it after; reads no byte of it.
-pub fn scan_file(
-    file: &File,
-    range: Range<u64>,
-    buckets: usize,
-) -> Result<Residency, ResidencyError> {
-    if buckets == 0 {
-        return Err(ResidencyError::ZeroBuckets);
-    }
-    let map = Mapping::map(file).map_err(|source| ResidencyError::Io {
-        what: "the file".to_owned(),
-        source,
-    })?;
-    let len = map.len() as u64;
-    if range.start > range.end || range.end > len {
-        return Err(ResidencyError::OutsideFile {
-            start: range.start,
-            end: range.end,
-            len,
-        });
-    }
-    let page = map.page_size();
-    let first = range.start / page;
-    let pages = if range.is_empty() {
-        0
-    } else {
-        range.end.div_ceil(page) - first
-    };
-    // Byte range of pages `a..b` (relative to `first`) inside the file.
-    let span = |a: u64, b: u64| (first + a) * page..((first + b) * page).min(len);
-    let count = |a: u64, b: u64| {
-        map.resident_pages(span(a, b))
-            .ok_or(ResidencyError::Unsupported)
-    };
+/// Which pages of a whole file were in the page cache at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageSnapshot {
+    len: u64,
+    page: u64,
+    /// One flag per page of the file.
+    resident: Vec<bool>,
+}
 
-    let n = (buckets as u64).min(pages);
-    let mut fractions = Vec::with_capacity(n as usize);
-    let mut resident_pages = 0;
-    for i in 0..n {
-        // Bucket `i` holds pages `i*P/n .. (i+1)*P/n`: a partition of the
-        // pages into slices differing by at most one page.
-        let (a, b) = (bucket_start(i, pages, n), bucket_start(i + 1, pages, n));
-        let r = count(a, b)?;
-        resident_pages += r;
-        fractions.push(r as f32 / (b - a) as f32);
-    }
-    let mut resident_bytes = resident_pages * page;
-    if pages > 0 {
-        // Clip the first and last pages to the range (and the file end).
-        if count(0, 1)? == 1 {
-            resident_bytes -= range.start - first * page;
+impl PageSnapshot {
+    /// Snapshots `file` (`mincore` over a fresh mapping; reads nothing).
+    pub fn take(file: &File) -> Result<PageSnapshot, ResidencyError> {
+        let map = Mapping::map(file).map_err(|source| ResidencyError::Io {
+            what: "the file".to_owned(),
+            source,
+        })?;
+        let page = map.page_size();
+        let mut buf = Vec::new();
+        if !map.is_empty() {
+            let run = MemRun {
+                addr: map.base_addr(),
+                len: map.len(),
+            };
+            sys::resident_pages(run, page, &mut buf).ok_or(ResidencyError::Unsupported)?;
         }
-        if count(pages - 1, pages)? == 1 {
-            resident_bytes -= (first + pages) * page - range.end;
-        }
+        Ok(PageSnapshot {
+            len: map.len() as u64,
+            page,
+            resident: buf.iter().map(|&b| b & 1 != 0).collect(),
+        })
     }
-    Ok(Residency {
-        total_bytes: range.end - range.start,
-        range,
-        page_size: page,
-        resident_bytes,
-        pages,
-        resident_pages,
-        buckets: fractions,
-    })
+
+    /// A snapshot from explicit per-page flags (for tests and replays).
+    pub fn from_flags(len: u64, page: u64, resident: Vec<bool>) -> Option<PageSnapshot> {
+        let page_ok = page > 0 && len.div_ceil(page) == resident.len() as u64;
+        page_ok.then_some(PageSnapshot {
+            len,
+            page,
+            resident,
+        })
+    }
+
+    /// Residency of `range` of the file, in up to `buckets` buckets.
+    pub fn residency(
+        &self,
+        range: Range<u64>,
+        buckets: usize,
+    ) -> Result<Residency, ResidencyError> {
+        if buckets == 0 {
+            return Err(ResidencyError::ZeroBuckets);
+        }
+        if range.start > range.end || range.end > self.len {
+            return Err(ResidencyError::OutsideFile {
+                start: range.start,
+                end: range.end,
+                len: self.len,
+            });
+        }
+        let page = self.page;
+        let first = range.start / page;
+        let pages = if range.is_empty() {
+            0
+        } else {
+            range.end.div_ceil(page) - first
+        };
+        let flags = &self.resident[first as usize..(first + pages) as usize];
+        let count =
+            |a: u64, b: u64| flags[a as usize..b as usize].iter().filter(|&&r| r).count() as u64;
+
+        let n = (buckets as u64).min(pages);
+        let mut fractions = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            // Bucket `i` holds pages `i*P/n .. (i+1)*P/n`: a partition of
+            // the pages into slices differing by at most one page.
+            let (a, b) = (bucket_start(i, pages, n), bucket_start(i + 1, pages, n));
+            fractions.push(count(a, b) as f32 / (b - a) as f32);
+        }
+        let resident_pages = count(0, pages);
+        let mut resident_bytes = resident_pages * page;
+        if pages > 0 {
+            // Clip the first and last pages to the range.
+            if flags[0] {
+                resident_bytes -= range.start - first * page;
+            }
+            if flags[pages as usize - 1] {
+                resident_bytes -= (first + pages) * page - range.end;
+            }
+        }
+        Ok(Residency {
+            total_bytes: range.end - range.start,
+            range,
+            page_size: page,
+            resident_bytes,
+            pages,
+            resident_pages,
+            buckets: fractions,
+        })
+    }
 }
 
 /// First page of bucket `i` of `n` over `pages` pages.
@@ -167,34 +212,98 @@ fn bucket_start(i: u64, pages: u64, n: u64) -> u64 {
     (u128::from(i) * u128::from(pages) / u128::from(n.max(1))) as u64
 }
 
-/// Scans `table` of `model`: opens the table's shard file afresh by path and
-/// scans the table's byte range (see [`scan_file`]).
-pub fn scan_table(
-    model: &Model,
-    table: &Table,
+/// Scans `range` of `file` into up to `buckets` buckets (see [`Residency`]).
+pub fn scan_file(
+    file: &File,
+    range: Range<u64>,
     buckets: usize,
 ) -> Result<Residency, ResidencyError> {
-    let shard = model
-        .shards()
-        .get(table.shard)
-        .ok_or_else(|| ResidencyError::NoShard {
-            name: table.name.clone(),
-            shard: table.shard,
-            shards: model.shards().len(),
-        })?;
-    let path = shard.path();
-    let file = File::open(path).map_err(|source| ResidencyError::Io {
+    PageSnapshot::take(file)?.residency(range, buckets)
+}
+
+fn open(path: &Path) -> Result<File, ResidencyError> {
+    File::open(path).map_err(|source| ResidencyError::Io {
         what: path.display().to_string(),
         source,
-    })?;
-    let range = table.offset..table.offset.saturating_add(table.bytes());
-    scan_file(&file, range, buckets).map_err(|e| match e {
+    })
+}
+
+fn in_file(path: &Path) -> impl Fn(ResidencyError) -> ResidencyError + '_ {
+    move |e| match e {
         ResidencyError::Io { source, .. } => ResidencyError::Io {
             what: path.display().to_string(),
             source,
         },
         other => other,
-    })
+    }
+}
+
+/// Scans `table` of an already open `model`: opens the table's shard file
+/// afresh by path and scans the table's byte range. Includes whatever
+/// opening the model read (see the module notes; [`scan_path`] does not).
+pub fn scan_table(
+    model: &Model,
+    table: &Table,
+    buckets: usize,
+) -> Result<Residency, ResidencyError> {
+    let path = shard_path(model, table)?;
+    scan_file(&open(path)?, table_range(table), buckets).map_err(in_file(path))
+}
+
+fn shard_path<'m>(model: &'m Model, table: &Table) -> Result<&'m Path, ResidencyError> {
+    model
+        .shards()
+        .get(table.shard)
+        .map(|s| s.path())
+        .ok_or_else(|| ResidencyError::NoShard {
+            name: table.name.clone(),
+            shard: table.shard,
+            shards: model.shards().len(),
+        })
+}
+
+fn table_range(table: &Table) -> Range<u64> {
+    table.offset..table.offset.saturating_add(table.bytes())
+}
+
+/// A table's residency as it was before this call touched anything: takes
+/// a snapshot of every file of the model at `path` (each shard of a split
+/// set), then opens the model to find `tensor` (the PLE table when `None`)
+/// and measures its range in the snapshot of its shard.
+///
+/// Returns the opened model and the table with the residency.
+pub fn scan_path(
+    path: &Path,
+    tensor: Option<&str>,
+    buckets: usize,
+) -> Result<(Model, Table, Residency), ResidencyError> {
+    if buckets == 0 {
+        return Err(ResidencyError::ZeroBuckets);
+    }
+    let files: Vec<PathBuf> = match parse_split_path(path) {
+        Some(s) => (0..s.count)
+            .map(|no| split_path(&s.stem, no, s.count))
+            .collect(),
+        None => vec![path.to_path_buf()],
+    };
+    let mut snaps = Vec::with_capacity(files.len());
+    for f in &files {
+        // A missing sibling is reported by Model::open below, by name.
+        if let Ok(file) = File::open(f) {
+            snaps.push((f.clone(), PageSnapshot::take(&file).map_err(in_file(f))?));
+        }
+    }
+    let model = Model::open(path)?;
+    let table = Table::from_model(&model, tensor)?;
+    let shard = shard_path(&model, &table)?;
+    let snap = match snaps.iter().find(|(p, _)| p == shard) {
+        Some((_, s)) => s.clone(),
+        // Not a file we could predict (cannot happen for names Model::open
+        // derives from the same rule): scan it now.
+        None => PageSnapshot::take(&open(shard)?).map_err(in_file(shard))?,
+    };
+    let r = snap.residency(table_range(&table), buckets)?;
+    Ok((model, table, r))
 }
 
 #[cfg(test)]
@@ -229,22 +338,42 @@ mod tests {
     }
 
     #[test]
-    fn scan_checks_its_arguments() {
-        let f = disk_file(2);
-        let len = 2 * sys::page_size();
+    fn residency_checks_its_arguments() {
+        let snap = PageSnapshot::from_flags(8192, 4096, vec![true, false]).unwrap();
         assert!(matches!(
-            scan_file(&f, 0..len + 1, 4),
+            snap.residency(0..8193, 4),
             Err(ResidencyError::OutsideFile { .. })
         ));
         assert!(matches!(
-            scan_file(&f, 0..len, 0),
+            snap.residency(0..8192, 0),
             Err(ResidencyError::ZeroBuckets)
         ));
-        if !sys::NOOP {
-            let r = scan_file(&f, 5..5, 4).unwrap();
-            assert_eq!((r.pages, r.total_bytes, r.buckets.len()), (0, 0, 0));
-            assert_eq!(r.fraction(), 0.0);
-        }
+        let r = snap.residency(5..5, 4).unwrap();
+        assert_eq!((r.pages, r.total_bytes, r.buckets.len()), (0, 0, 0));
+        assert_eq!(r.fraction(), 0.0);
+        assert!(PageSnapshot::from_flags(8193, 4096, vec![true, false]).is_none());
+        assert!(PageSnapshot::from_flags(0, 0, vec![]).is_none());
+    }
+
+    #[test]
+    fn residency_buckets_and_clips_bytes() {
+        // 10 pages of 100 bytes, the last one partial (950-byte file);
+        // pages 0, 1, 7, 9 resident.
+        let flags = [0, 1, 7, 9];
+        let resident = (0..10).map(|i| flags.contains(&i)).collect();
+        let snap = PageSnapshot::from_flags(950, 100, resident).unwrap();
+        // Bytes 50..950: pages 0..10, first page half inside the range.
+        let r = snap.residency(50..950, 5).unwrap();
+        assert_eq!((r.pages, r.resident_pages), (10, 4));
+        assert_eq!(r.resident_bytes, 50 + 100 + 100 + 50);
+        assert_eq!(r.buckets, vec![1.0, 0.0, 0.0, 0.5, 0.5]);
+        // More buckets than pages: one per page.
+        let r = snap.residency(250..450, 64).unwrap();
+        assert_eq!(r.buckets, vec![0.0, 0.0, 0.0]);
+        assert_eq!(r.resident_bytes, 0);
+        // A range inside one resident page.
+        let r = snap.residency(120..130, 3).unwrap();
+        assert_eq!((r.pages, r.resident_pages, r.resident_bytes), (1, 1, 10));
     }
 
     /// Evicted: nothing resident, and scanning keeps it so. Read one page in

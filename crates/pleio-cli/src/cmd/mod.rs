@@ -2,5 +2,6 @@
 
 pub mod gather;
 pub mod inspect;
+pub mod residency;
 pub mod rows;
 pub mod synth;
