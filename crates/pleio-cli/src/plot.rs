@@ -319,16 +319,18 @@ pub fn ubatch_chart<S: AsRef<str>>(
 /// Ubatch charts with at most this many ubatches mark each one.
 const MARKED_UBATCHES: usize = 64;
 
-/// Colour of a resident fraction: white (cold) to dark blue (resident).
+/// Colour of a resident fraction: white (cold) to dark blue (resident), on
+/// a square-root scale so that a few percent (page-cache creep) shows.
 fn heat(f: f32) -> RGBColor {
-    let f = f64::from(f.clamp(0.0, 1.0));
+    let f = f64::from(f.clamp(0.0, 1.0)).sqrt();
     let lerp = |a: u8, b: u8| (f64::from(a) + (f64::from(b) - f64::from(a)) * f).round() as u8;
     RGBColor(lerp(247, 8), lerp(251, 48), lerp(255, 107))
 }
 
 /// Page-cache residency along a table: one cell per bucket (a slice of the
 /// table's pages, in file order), shaded from white (none resident) to
-/// dark blue (all resident), with a colour scale beneath.
+/// dark blue (all resident) on a square-root scale, with the colour scale
+/// beneath.
 ///
 /// `buckets` holds each bucket's resident fraction (0..=1).
 pub fn heat_strip(out: &Path, title: &str, buckets: &[f32]) -> Result<()> {
@@ -385,7 +387,8 @@ fn scale_bar(area: &DrawingArea<SVGBackend, Shift>) -> Result<()> {
         .map_err(draw_err)?;
     for k in 0..STEPS {
         let (a, b) = (x0 + k * bar / STEPS, x0 + (k + 1) * bar / STEPS);
-        let f = (k as f32 + 0.5) / STEPS as f32;
+        // From exactly 0 (white) to exactly 1.
+        let f = k as f32 / (STEPS - 1) as f32;
         area.draw(&Rectangle::new([(a, y0), (b, y0 + 16)], heat(f).filled()))
             .map_err(draw_err)?;
     }
@@ -569,10 +572,10 @@ mod tests {
         }
         let full = format!("fill=\"#{:02X}{:02X}{:02X}\"", 8, 48, 107);
         let empty = format!("fill=\"#{:02X}{:02X}{:02X}\"", 247, 251, 255);
-        // 16 full cells + bucket 64's neighbour at 1.0 (i = 63 is 23/24).
-        assert_eq!(count(&svg, &full), 16, "{full}");
-        // 24 cold cells + bucket 40 (0/24).
-        assert_eq!(count(&svg, &empty), 25, "{empty}");
+        // 16 full cells (the tail's last, i = 63, is 23/24: not full) and
+        // 24 + 1 (i = 40) empty ones, plus one of each ending the scale.
+        assert_eq!(count(&svg, &full), 16 + 1, "{full}");
+        assert_eq!(count(&svg, &empty), 25 + 1, "{empty}");
         assert!(heat_strip(&out, "t", &[]).is_err());
     }
 
