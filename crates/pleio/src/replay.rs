@@ -16,12 +16,12 @@
 //! Process counters (device bytes read, major faults, peak RSS) come from
 //! `/proc/self` on Linux and are `None` elsewhere.
 
-use std::fs::File;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashSet;
 
+use crate::bench::{self, BenchError, Evictor};
 use crate::fetch::{GatherError, Strategy, TableReader};
 use crate::lookahead::{Lookahead, LookaheadCounters, LookaheadError};
 use crate::model::Model;
@@ -60,17 +60,8 @@ pub enum ReplayError {
     #[error("the table's file is not mapped")]
     NotMapped,
     /// Evicting the table from the page cache failed.
-    #[error("cannot evict the table from the page cache: {0}")]
-    Evict(#[source] std::io::Error),
-    /// Pages stayed in the page cache after eviction (mapped by another
-    /// process, or still under I/O).
-    #[error("{resident} of the table's {pages} pages stayed in the page cache after eviction")]
-    EvictIncomplete {
-        /// Pages still resident.
-        resident: u64,
-        /// Pages of the table's range.
-        pages: u64,
-    },
+    #[error(transparent)]
+    Evict(#[from] BenchError),
 }
 
 /// What to replay and how.
@@ -101,7 +92,7 @@ impl Default for ReplayConfig {
             ubatch: 512,
             prefill: None,
             decode: 0,
-            strategy: Strategy::Fault,
+            strategy: Strategy::default(),
             cold: false,
             lookahead: false,
             compute: Duration::ZERO,
@@ -296,7 +287,7 @@ pub fn checksum(mut h: u64, data: &[f32]) -> u64 {
 }
 
 /// Replays token streams over one table of one model.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Replayer {
     model: Arc<Model>,
     reader: TableReader,
@@ -372,8 +363,8 @@ impl Replayer {
     }
 
     /// Drops the table's pages from this process's page tables and from
-    /// the page cache, and checks with `mincore` that they are gone
-    /// (retrying while pages are still under I/O).
+    /// the page cache, checks with `mincore` that they are gone, and makes
+    /// the reader forget what `auto` believed resident ([`Evictor`]).
     pub fn evict(&self) -> Result<Eviction, ReplayError> {
         let t = self.reader.table();
         let m = self.reader.mapping().ok_or(ReplayError::NotMapped)?;
@@ -382,30 +373,15 @@ impl Replayer {
             .shards()
             .get(t.shard)
             .ok_or(ReplayError::NotMapped)?;
-        let file = File::open(shard.path()).map_err(ReplayError::Evict)?;
         let range = t.offset..t.offset + t.bytes();
         let page = m.page_size();
         let pages = range.end.div_ceil(page) - range.start / page;
         let resident_before = m.resident_pages(range.clone());
-        let mut resident_after = None;
-        for _ in 0..200 {
-            m.drop_resident(range.clone());
-            sys::evict(&file, range.clone()).map_err(ReplayError::Evict)?;
-            resident_after = m.resident_pages(range.clone());
-            match resident_after {
-                Some(r) if r > 2 => std::thread::sleep(Duration::from_millis(5)),
-                _ => {
-                    return Ok(Eviction {
-                        pages,
-                        resident_before,
-                        resident_after,
-                    })
-                }
-            }
-        }
-        Err(ReplayError::EvictIncomplete {
-            resident: resident_after.unwrap_or(0),
+        Evictor::new(shard.path(), range.clone())?.evict(&self.reader)?;
+        Ok(Eviction {
             pages,
+            resident_before,
+            resident_after: m.resident_pages(range),
         })
     }
 
@@ -541,7 +517,7 @@ impl Replayer {
             ubatches,
             evictions,
             checksum: sum,
-            peak_rss: peak_rss_bytes(),
+            peak_rss: bench::peak_rss(),
             lookahead_counters: lookahead.as_ref().map(Lookahead::counters),
         })
     }
@@ -622,8 +598,8 @@ impl SplitMix64 {
 /// `None` where unavailable).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProcSample {
-    /// Bytes this process caused to be read from the storage layer
-    /// (`read_bytes` of `/proc/self/io`; page-cache hits do not count).
+    /// Bytes the process caused to be read from storage
+    /// ([`bench::proc_read_bytes`]; page-cache hits do not count).
     pub read_bytes: Option<u64>,
     /// Major page faults of the process (`majflt` of `/proc/self/stat`).
     pub major_faults: Option<u64>,
@@ -633,16 +609,8 @@ impl ProcSample {
     /// The counters now.
     pub fn now() -> ProcSample {
         ProcSample {
-            read_bytes: proc_io_field("/proc/self/io", "read_bytes"),
+            read_bytes: bench::proc_read_bytes(),
             major_faults: proc_major_faults(),
-        }
-    }
-
-    /// The counters of the calling thread now (`/proc/thread-self`).
-    pub fn thread() -> ProcSample {
-        ProcSample {
-            read_bytes: proc_io_field("/proc/thread-self/io", "read_bytes"),
-            major_faults: sys::thread_major_faults(),
         }
     }
 
@@ -656,35 +624,12 @@ impl ProcSample {
     }
 }
 
-/// `key: value` from a `/proc/*/io`-style file.
-fn proc_io_field(path: &str, key: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 /// `majflt`, field 12 of `/proc/self/stat` (counted after the command
 /// name, which may hold spaces and parentheses).
 fn proc_major_faults() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/stat").ok()?;
     let after = &text[text.rfind(')')? + 1..];
     after.split_whitespace().nth(9)?.parse().ok()
-}
-
-/// Peak resident set size of the process in bytes (`VmHWM`), if the OS
-/// tells.
-pub fn peak_rss_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kb: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
 }
 
 #[cfg(test)]
@@ -730,7 +675,9 @@ mod tests {
         if std::path::Path::new("/proc/self/io").exists() {
             let s = ProcSample::now();
             assert!(s.read_bytes.is_some() && s.major_faults.is_some());
-            assert!(peak_rss_bytes().is_some_and(|b| b > 0));
+            let later = ProcSample::now().since(&s);
+            assert!(later.read_bytes.is_some() && later.major_faults.is_some());
+            assert_eq!(s.since(&ProcSample::default()), ProcSample::default());
         }
     }
 }

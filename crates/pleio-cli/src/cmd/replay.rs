@@ -41,8 +41,9 @@ pub struct Args {
     /// Decode steps of one token each.
     #[arg(long, default_value_t = 64)]
     decode: usize,
-    /// How row bytes are brought in (as for `gather`).
-    #[arg(long, default_value = "fault")]
+    /// How row bytes are brought in (default: the library's default
+    /// strategy).
+    #[arg(long, default_value_t = Strategy::default())]
     strategy: Strategy,
     /// Evict the table from the page cache (checked with mincore) before
     /// the prefill and again before the decode steps.
