@@ -26,6 +26,8 @@ enum Command {
     Rows(cmd::rows::Args),
     /// Show how much of a table is in the page cache, with a heat strip along it.
     Residency(cmd::residency::Args),
+    /// Measure cold and warm gather latency of every strategy against the device floor.
+    Bench(cmd::bench::Args),
 }
 
 fn main() {
@@ -36,6 +38,7 @@ fn main() {
         Command::Gather(a) => cmd::gather::run(a),
         Command::Rows(a) => cmd::rows::run(a),
         Command::Residency(a) => cmd::residency::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
     };
     if let Err(e) = result {
         eprintln!("pleio: error: {e:#}");

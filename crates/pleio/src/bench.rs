@@ -218,13 +218,22 @@ pub fn reset_peak_rss() -> bool {
 pub struct Evictor {
     file: File,
     range: Range<u64>,
+    wide: Range<u64>,
 }
 
 impl Evictor {
-    /// An evictor for `range` of the file at `path`.
+    /// An evictor for `range` of the file at `path`. Eviction covers the
+    /// range widened to whole 2 MiB blocks: the page cache may hold a file
+    /// in large folios (up to 2 MiB on x86_64), and a folio only partly
+    /// inside the range cannot be dropped. Only `range` is checked.
     pub fn new(path: &Path, range: Range<u64>) -> Result<Evictor, BenchError> {
-        let file = File::open(path).map_err(|e| BenchError::Evict(format!("{}: {e}", path.display())))?;
-        Ok(Evictor { file, range })
+        let err = |e: std::io::Error| BenchError::Evict(format!("{}: {e}", path.display()));
+        let file = File::open(path).map_err(err)?;
+        let len = file.metadata().map_err(err)?.len();
+        const FOLIO: u64 = 2 << 20;
+        let wide =
+            range.start / FOLIO * FOLIO..range.end.div_ceil(FOLIO).saturating_mul(FOLIO).min(len);
+        Ok(Evictor { file, range, wide })
     }
 
     /// Drops `reader`'s page-table entries for the range, then the page
@@ -237,11 +246,18 @@ impl Evictor {
             .mapping()
             .ok_or_else(|| BenchError::Evict("the table's shard is not mapped".into()))?;
         let mut left = u64::MAX;
-        for _ in 0..200 {
-            if !m.drop_resident(self.range.clone()) {
+        for attempt in 0..200 {
+            if attempt == 1 {
+                // Dirty pages (a file just written) cannot be dropped:
+                // write them back once.
+                self.file
+                    .sync_data()
+                    .map_err(|e| BenchError::Evict(format!("fdatasync: {e}")))?;
+            }
+            if !m.drop_resident(self.wide.clone()) {
                 return Err(BenchError::Evict("MADV_DONTNEED refused".into()));
             }
-            sys::evict(&self.file, self.range.clone())
+            sys::evict(&self.file, self.wide.clone())
                 .map_err(|e| BenchError::Evict(format!("posix_fadvise: {e}")))?;
             left = m
                 .resident_pages(self.range.clone())
@@ -483,7 +499,9 @@ fn measure<T>(f: impl FnOnce() -> T) -> (T, Sample) {
     let t = Instant::now();
     let r = f();
     let us = t.elapsed().as_secs_f64() * 1e6;
-    let faults = sys::thread_major_faults().unwrap_or(0).saturating_sub(faults0);
+    let faults = sys::thread_major_faults()
+        .unwrap_or(0)
+        .saturating_sub(faults0);
     let read = proc_read_bytes().unwrap_or(0).saturating_sub(read0);
     let sample = Sample {
         us,
@@ -504,7 +522,9 @@ impl Bench {
             strategy: "open",
             source,
         })?;
-        let page = reader.mapping().map_or_else(sys::page_size, |m| m.page_size());
+        let page = reader
+            .mapping()
+            .map_or_else(sys::page_size, |m| m.page_size());
         Ok(Bench {
             path: path.to_path_buf(),
             evictor: Evictor::new(path, range)?,
@@ -684,6 +704,7 @@ impl Bench {
                 let label = format!("{} {n} rows", if cold { "cold" } else { "warm" });
                 let mut accs: Vec<Acc> = strategies.iter().map(|_| Acc::default()).collect();
                 let mut limit = Acc::default();
+                let mut page1 = Acc::default();
                 for (b, list) in lists.iter().enumerate() {
                     for (k, &s) in strategies.iter().enumerate() {
                         progress(Progress {
@@ -711,7 +732,15 @@ impl Bench {
                                 accs[k].pages += self.distinct_pages(&rows).len() as u64;
                             }
                         }
-                        self.check(cfg, (s, k, strategies[0]), &rows, &out, &mut reference, b, cold)?;
+                        self.check(
+                            cfg,
+                            (s, k, strategies[0]),
+                            &rows,
+                            &out,
+                            &mut reference,
+                            b,
+                            cold,
+                        )?;
                         done += 1;
                     }
                     if cold && limit_on {
@@ -728,7 +757,18 @@ impl Bench {
                         };
                         let pages = self.distinct_pages(&rows);
                         let backend = self.limit_backend()?;
-                        let (r, sample) = measure(|| backend.read_pages(&pages, self.page as usize));
+                        // One page alone first (queue depth 1): the floor of
+                        // any cold gather, the yardstick for small batches.
+                        let (r, one) =
+                            measure(|| backend.read_pages(&pages[..1], self.page as usize));
+                        r.map_err(BenchError::Limit)?;
+                        page1.times.push(one.us);
+                        page1.read += one.read;
+                        page1.pages += 1;
+                        page1.requests += 1;
+                        page1.gathers += 1;
+                        let (r, sample) =
+                            measure(|| backend.read_pages(&pages, self.page as usize));
                         r.map_err(BenchError::Limit)?;
                         limit.times.push(sample.us);
                         limit.read += sample.read;
@@ -746,9 +786,16 @@ impl Bench {
                     .collect();
                 if cold && limit_on {
                     group.push(limit.arm("limit", n, true));
+                    group.push(page1.arm("qd1-page", n, true));
                 }
-                let fault = group.iter().find(|a| a.strategy == "fault").map(|a| a.mean_us);
-                let lim = group.iter().find(|a| a.strategy == "limit").map(|a| a.mean_us);
+                let fault = group
+                    .iter()
+                    .find(|a| a.strategy == "fault")
+                    .map(|a| a.mean_us);
+                let lim = group
+                    .iter()
+                    .find(|a| a.strategy == "limit")
+                    .map(|a| a.mean_us);
                 for a in &mut group {
                     a.ratio_to_fault = fault.filter(|&f| f > 0.0).map(|f| a.mean_us / f);
                     a.ratio_to_limit = lim.filter(|&l| l > 0.0).map(|l| a.mean_us / l);
@@ -843,7 +890,9 @@ mod tests {
         let cfg = BenchConfig::default();
         let rows = [1u64, 7, 3999];
         let mut want = vec![0f32; rows.len() * b.reader().row_elems()];
-        b.reader().gather(Strategy::Fault, &rows, &mut want).unwrap();
+        b.reader()
+            .gather(Strategy::Fault, &rows, &mut want)
+            .unwrap();
         let mut reference = vec![0f32; want.len()];
         let first = (Strategy::Fault, 0, Strategy::Fault);
         b.check(&cfg, first, &rows, &want, &mut reference, 0, true)
@@ -859,7 +908,13 @@ mod tests {
         assert!(
             matches!(
                 e,
-                BenchError::Mismatch { strategy: "uring", reference: "fault", rows: 3, batch: 3, phase: "warm" }
+                BenchError::Mismatch {
+                    strategy: "uring",
+                    reference: "fault",
+                    rows: 3,
+                    batch: 3,
+                    phase: "warm"
+                }
             ),
             "{e}"
         );

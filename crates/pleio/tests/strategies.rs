@@ -112,7 +112,10 @@ fn direct_strategies_report_a_truncated_file_as_an_error() {
     let n = fx.table.n_rows;
     // Cut the file in the middle of the last row, after the model mapped it.
     let len = fx.file_len();
-    fx.file.as_file().set_len(len - fx.table.row_bytes / 2).unwrap();
+    fx.file
+        .as_file()
+        .set_len(len - fx.table.row_bytes / 2)
+        .unwrap();
     for &s in Strategy::ALL.iter().filter(|s| !s.is_mapped()) {
         // A fresh reader: `auto` has seen nothing resident, so it reads.
         let reader = fx.reader();
@@ -129,7 +132,10 @@ fn direct_strategies_say_which_backend_read() {
     let reader = fx.reader();
     let rows = [5u64, 1000, 5, 2999];
     let mut out = vec![0f32; rows.len() * reader.row_elems()];
-    for &s in Strategy::ALL.iter().filter(|s| !s.is_mapped() && **s != Strategy::Auto) {
+    for &s in Strategy::ALL
+        .iter()
+        .filter(|s| !s.is_mapped() && **s != Strategy::Auto)
+    {
         let st = reader.gather(s, &rows, &mut out).unwrap();
         assert_eq!(st.cold_rows, 4, "{s}");
         assert!(st.read_requests >= 3, "{s}: {st:?}");
@@ -152,7 +158,11 @@ fn auto_reads_cold_rows_then_maps_warm_ones() {
     assert!(reader.believed_resident_pages() >= 40);
     let second = reader.gather(Strategy::Auto, &rows, &mut out).unwrap();
     assert_eq!(bits(&out), want);
-    assert_eq!((second.cold_rows, second.read_requests), (0, 0), "{second:?}");
+    assert_eq!(
+        (second.cold_rows, second.read_requests),
+        (0, 0),
+        "{second:?}"
+    );
     // A clone shares what the reader learned; forgetting makes rows cold.
     let clone = reader.clone();
     clone.forget_residency();
@@ -202,7 +212,11 @@ fn auto_notices_external_eviction() {
     // The first window faulted; the rest of the batch was read as cold.
     assert!(after.rearmed, "{after:?}");
     assert!(after.cold_rows >= 48, "{after:?}");
-    assert_eq!(after.backend.is_some(), after.read_requests > 0, "{after:?}");
+    assert_eq!(
+        after.backend.is_some(),
+        after.read_requests > 0,
+        "{after:?}"
+    );
     // What was re-read is trusted again.
     let again = reader.gather(Strategy::Auto, &rows, &mut out).unwrap();
     assert_eq!(bits(&out), want);

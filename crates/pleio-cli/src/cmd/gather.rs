@@ -45,7 +45,7 @@ pub struct Args {
     #[arg(long)]
     tensor: Option<String>,
     /// How row bytes are brought in.
-    #[arg(long, default_value = "fault")]
+    #[arg(long, default_value = "auto")]
     strategy: Strategy,
     /// Output format.
     #[arg(long, value_enum, default_value = "raw")]

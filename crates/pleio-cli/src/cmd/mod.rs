@@ -1,5 +1,6 @@
 //! One module per subcommand, each with its `Args` and `run`.
 
+pub mod bench;
 pub mod gather;
 pub mod inspect;
 pub mod residency;

@@ -1,0 +1,134 @@
+//! `pleio bench` end to end on a small synthetic table: the JSON schema,
+//! every strategy and the `limit` arm present, the bit-for-bit check passed.
+
+use std::path::Path;
+use std::process::Command;
+
+fn pleio(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_pleio"))
+        .args(args)
+        .output()
+        .expect("run pleio")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = pleio(args);
+    assert!(
+        out.status.success(),
+        "pleio {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+const STRATEGIES: [&str; 7] = [
+    "fault",
+    "advise",
+    "pread",
+    "uring",
+    "uring-direct",
+    "pool",
+    "auto",
+];
+
+#[test]
+fn bench_writes_every_arm_as_json() {
+    // On the real disk (not a tmpfs /tmp), so eviction works.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let f = dir.path().join("q.gguf");
+    ok(&["synth", "--rows", "30000", "--seed", "5", "-o", p(&f)]);
+    let json = dir.path().join("bench.json");
+    let table = ok(&[
+        "bench",
+        p(&f),
+        "--rows",
+        "16,100",
+        "--batches",
+        "2",
+        "--json",
+        p(&json),
+    ]);
+    assert!(table.contains("| auto | 16 | warm |"), "{table}");
+    assert!(table.contains("| limit | 100 | cold |"), "{table}");
+
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["table"]["rows"], 30000);
+    assert_eq!(v["table"]["type"], "IQ4_NL");
+    assert!(v["machine"]["kernel"].is_string());
+    assert_eq!(v["file"], p(&f));
+    let arms = v["arms"].as_array().unwrap();
+    // Per size: 7 strategies, limit and qd1-page cold, 7 warm.
+    assert_eq!(arms.len(), 2 * (9 + 7));
+    for a in arms {
+        for key in [
+            "strategy",
+            "rows",
+            "cold",
+            "mean_us",
+            "median_us",
+            "p99_us",
+            "bytes_read",
+            "major_faults",
+            "ratio_to_fault",
+            "ratio_to_limit",
+        ] {
+            assert!(a.get(key).is_some(), "{key} missing in {a}");
+        }
+        assert!(a["mean_us"].as_f64().unwrap() > 0.0, "{a}");
+        assert!(a["samples"].as_u64().unwrap() > 0, "{a}");
+        let cold = a["cold"].as_bool().unwrap();
+        assert_eq!(a["ratio_to_limit"].is_number(), cold, "{a}");
+    }
+    for s in STRATEGIES.iter().chain(&["limit"]) {
+        for rows in [16, 100] {
+            assert!(
+                arms.iter()
+                    .any(|a| a["strategy"] == *s && a["rows"] == rows && a["cold"] == true),
+                "no cold {s} arm at {rows} rows"
+            );
+        }
+    }
+    let fault = arms
+        .iter()
+        .find(|a| a["strategy"] == "fault" && a["cold"] == true)
+        .unwrap();
+    assert_eq!(fault["ratio_to_fault"], 1.0);
+    // Cold fault gathers read from the device and take major faults.
+    assert!(fault["major_faults"].as_f64().unwrap() >= 1.0, "{fault}");
+    assert!(fault["bytes_read"].as_f64().unwrap() > 0.0, "{fault}");
+}
+
+#[test]
+fn bench_warm_only_and_bad_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("q.gguf");
+    ok(&["synth", "--rows", "5000", "--seed", "2", "-o", p(&f)]);
+    let table = ok(&[
+        "bench",
+        p(&f),
+        "--rows",
+        "8",
+        "--batches",
+        "1",
+        "--cold",
+        "none",
+        "--strategies",
+        "auto,uring",
+    ]);
+    // fault is added for the ratios; no cold arm, no limit.
+    assert!(table.contains("| fault | 8 | warm |"), "{table}");
+    assert!(table.contains("| auto | 8 | warm |"), "{table}");
+    assert!(
+        !table.contains(" | 8 | cold |") && !table.contains("| limit |"),
+        "{table}"
+    );
+    let bad = pleio(&["bench", p(&f), "--strategies", "nope"]);
+    assert!(!bad.status.success());
+    let zero = pleio(&["bench", p(&f), "--batches", "0"]);
+    assert_eq!(zero.status.code(), Some(2));
+}
