@@ -23,9 +23,18 @@ impl Shard {
     /// Maps and parses the file at `path`.
     fn open(path: &Path) -> Result<Shard, GgufError> {
         let file = File::open(path).map_err(|e| GgufError::io(Some(path), e))?;
-        let mapping = Mapping::map(&file).map_err(|e| GgufError::io(Some(path), e))?;
-        let gguf = GgufFile::parse(mapping.bytes(0, mapping.len() as u64).unwrap_or_default())
-            .map_err(|e| e.in_file(path))?;
+        let map = |file: &File| Mapping::map(file).map_err(|e| GgufError::io(Some(path), e));
+        // Parse through a short-lived mapping advised for random access, so
+        // reading the header does not pull a readahead window (megabytes)
+        // of the first tensor's bytes into the page cache.
+        let gguf = {
+            let probe = map(&file)?;
+            let whole = 0..probe.len() as u64;
+            let _ = probe.register_lazy(whole.clone(), &crate::sys::OsAdvisor::default());
+            GgufFile::parse(probe.bytes(0, whole.end).unwrap_or_default())
+                .map_err(|e| e.in_file(path))?
+        };
+        let mapping = map(&file)?;
         Ok(Shard {
             path: path.to_path_buf(),
             mapping,
