@@ -26,6 +26,8 @@ enum Command {
     Rows(cmd::rows::Args),
     /// Show how much of a table is in the page cache, with a heat strip along it.
     Residency(cmd::residency::Args),
+    /// Replay a token stream's prefill and decode through the PLE stage with any strategy.
+    Replay(cmd::replay::Args),
     /// Measure cold and warm gather latency of every strategy against the device floor.
     Bench(cmd::bench::Args),
 }
@@ -38,6 +40,7 @@ fn main() {
         Command::Gather(a) => cmd::gather::run(a),
         Command::Rows(a) => cmd::rows::run(a),
         Command::Residency(a) => cmd::residency::run(a),
+        Command::Replay(a) => cmd::replay::run(a),
         Command::Bench(a) => cmd::bench::run(a),
     };
     if let Err(e) = result {

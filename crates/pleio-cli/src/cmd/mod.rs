@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod gather;
 pub mod inspect;
+pub mod replay;
 pub mod residency;
 pub mod rows;
 pub mod synth;
