@@ -16,6 +16,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Show what gathering PLE rows costs here, strategy by strategy (no arguments needed).
+    Demo(cmd::demo::Args),
     /// Show a GGUF file's metadata, tensors and PLE table geometry.
     Inspect(cmd::inspect::Args),
     /// Write a synthetic qwen4exp or gemma4 GGUF with a seeded random PLE table.
@@ -39,6 +41,7 @@ fn main() {
         Command::Synth(a) => cmd::synth::run(a),
         Command::Gather(a) => cmd::gather::run(a),
         Command::Rows(a) => cmd::rows::run(a),
+        Command::Demo(a) => cmd::demo::run(a),
         Command::Residency(a) => cmd::residency::run(a),
         Command::Replay(a) => cmd::replay::run(a),
         Command::Bench(a) => cmd::bench::run(a),

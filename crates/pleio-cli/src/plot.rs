@@ -7,7 +7,6 @@
 //! and replaces an existing file of the same name.
 
 // The bench and replay commands call the latency and ubatch charts.
-#![allow(dead_code)]
 
 use std::ops::Range;
 use std::path::Path;
@@ -464,12 +463,12 @@ mod tests {
         }
         // Per strategy, in its colour: a line and a legend sample, and
         // three point markers.
-        for i in 0..series.len() {
+        for (i, (name, _)) in series.iter().enumerate() {
             let c = color(i);
             let stroke = format!("stroke=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2);
             let fill = format!("fill=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2);
-            assert_eq!(lines_with(&svg, "<polyline", &stroke), 2, "{}", series[i].0);
-            assert_eq!(lines_with(&svg, "<circle", &fill), 3, "{}", series[i].0);
+            assert_eq!(lines_with(&svg, "<polyline", &stroke), 2, "{name}");
+            assert_eq!(lines_with(&svg, "<circle", &fill), 3, "{name}");
         }
         assert_eq!(count(&svg, "<circle"), 3 * series.len());
         // The limit: dashes (several short black lines) and its sample.
@@ -540,10 +539,10 @@ mod tests {
         ] {
             assert!(svg.contains(text), "{text:?} missing");
         }
-        for i in 0..series.len() {
+        for (i, (name, _)) in series.iter().enumerate() {
             let c = color(i);
             let stroke = format!("stroke=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2);
-            assert_eq!(lines_with(&svg, "<polyline", &stroke), 2, "{}", series[i].0);
+            assert_eq!(lines_with(&svg, "<polyline", &stroke), 2, "{name}");
         }
         assert_eq!(count(&svg, "<circle"), 24 * series.len());
     }

@@ -116,8 +116,13 @@ fn direct_strategies_report_a_truncated_file_as_an_error() {
         .as_file()
         .set_len(len - fx.table.row_bytes / 2)
         .unwrap();
-    for &s in Strategy::ALL.iter().filter(|s| !s.is_mapped()) {
-        // A fresh reader: `auto` has seen nothing resident, so it reads.
+    // `auto` serves rows in the page cache from the mapping (it finds them
+    // with mincore even in a fresh reader), so under truncation it behaves
+    // like `fault`; only the strategies that never map are checked here.
+    for &s in Strategy::ALL
+        .iter()
+        .filter(|s| !s.is_mapped() && **s != Strategy::Auto)
+    {
         let reader = fx.reader();
         let mut out = vec![0f32; 2 * reader.row_elems()];
         let e = reader.gather(s, &[0, n - 1], &mut out).unwrap_err();
@@ -154,7 +159,9 @@ fn auto_reads_cold_rows_then_maps_warm_ones() {
     let mut out = vec![0f32; rows.len() * reader.row_elems()];
     let first = reader.gather(Strategy::Auto, &rows, &mut out).unwrap();
     assert_eq!(bits(&out), want);
-    assert_eq!(first.cold_rows, 40, "{first:?}");
+    // The file was just written, so its pages may still be cached: rows the
+    // bitmap does not know are either read or found resident by mincore.
+    assert_eq!(first.cold_rows + first.found_resident, 40, "{first:?}");
     assert!(reader.believed_resident_pages() >= 40);
     let second = reader.gather(Strategy::Auto, &rows, &mut out).unwrap();
     assert_eq!(bits(&out), want);
@@ -163,11 +170,15 @@ fn auto_reads_cold_rows_then_maps_warm_ones() {
         (0, 0),
         "{second:?}"
     );
-    // A clone shares what the reader learned; forgetting makes rows cold.
+    // A clone shares what the reader learned; forgetting makes rows
+    // unknown again, to be read or found in the page cache.
     let clone = reader.clone();
     clone.forget_residency();
     let third = reader.gather(Strategy::Auto, &rows, &mut out).unwrap();
-    assert_eq!((third.cold_rows, bits(&out)), (40, want));
+    assert_eq!(
+        (third.cold_rows + third.found_resident, bits(&out)),
+        (40, want)
+    );
 }
 
 #[test]

@@ -158,7 +158,7 @@ fn print_arm(a: &Arm) {
 }
 
 /// `{"machine":{..},"file":..,"table":{..},"arms":[..]}`.
-fn to_json(r: &Report) -> Value {
+pub(crate) fn to_json(r: &Report) -> Value {
     let m = &r.machine;
     let t = &r.table;
     let c = &r.residency;

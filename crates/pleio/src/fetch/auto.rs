@@ -8,6 +8,12 @@
 //! at queue depth 64; the pool where io_uring is unavailable), decoded from
 //! staging, and their pages marked resident.
 //!
+//! Rows the bitmap does not know are not taken as cold blindly: the first
+//! few are checked with `mincore`, and if any is in the page cache (a
+//! fresh process over a warm cache), all of them are, and the resident ones
+//! take the mapped path and are learned. A truly cold batch pays at most
+//! [`PROBE`] `mincore` calls for this.
+//!
 //! The bitmap goes stale when the kernel evicts pages pleio read. The warm
 //! path watches for that: it is timed in windows of [`WINDOW`] rows (one
 //! `Instant::now` per window but the last, a vDSO clock read, no system call). A window
@@ -36,6 +42,11 @@ pub(super) const WINDOW: usize = 16;
 /// fault on the build machine's disk costs 60-100 us (a queue-depth-1 read);
 /// sixteen resident rows cost under 2 us, sixteen minor faults under 20 us.
 pub(super) const WINDOW_BUDGET: Duration = Duration::from_micros(50);
+
+/// Rows believed cold that are checked with `mincore` before the device is
+/// asked: if none is resident the batch is taken as truly cold, so a cold
+/// batch pays at most this many `mincore` calls (about a microsecond each).
+pub(super) const PROBE: usize = 8;
 
 impl TableReader {
     /// The residency bitmap, created on first use.
@@ -124,6 +135,27 @@ impl TableReader {
         if evicted {
             res.clear();
             stats.rearmed = true;
+        } else if cold
+            .iter()
+            .take(PROBE)
+            .any(|&j| self.mincore_resident(rows[j]))
+        {
+            // The bitmap knows only the pages pleio read itself; the page
+            // cache may hold more (an earlier process, another reader).
+            // Some of the first rows believed cold are resident, so every
+            // one is checked: the resident ones are decoded from the mapping
+            // and learned, the rest go to the device.
+            let mut still = Vec::with_capacity(cold.len());
+            for &j in &cold {
+                if self.mincore_resident(rows[j]) {
+                    decode(rows[j], &mut out[j * elems..(j + 1) * elems])?;
+                    res.mark(rows[j]);
+                    stats.found_resident += 1;
+                } else {
+                    still.push(j);
+                }
+            }
+            cold = still;
         }
         if !cold.is_empty() {
             match self.shared.backends.get(Kind::Uring, "auto") {

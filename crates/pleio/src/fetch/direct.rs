@@ -88,7 +88,10 @@ impl Backends {
         self.file
             .get_or_init(|| {
                 File::open(path)
-                    .map(Arc::new)
+                    .map(|f| {
+                        crate::sys::random_reads(&f);
+                        Arc::new(f)
+                    })
                     .map_err(|e| format!("cannot open {}: {e}", path.display()))
             })
             .clone()

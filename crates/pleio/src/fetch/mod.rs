@@ -208,6 +208,9 @@ pub struct GatherStats {
     /// through the mapping: all rows for the direct strategies, the rows
     /// believed cold for `auto`.
     pub cold_rows: u64,
+    /// `auto` only: rows the residency bitmap did not know that `mincore`
+    /// found in the page cache; they were decoded from the mapping.
+    pub found_resident: u64,
     /// Read requests issued (syscalls or ring entries, resubmits included).
     pub read_requests: u64,
     /// Bytes asked of the file by those reads (coalescing gaps and

@@ -135,12 +135,14 @@ pub trait ReadBackend: Send + Sync {
     fn read(&self, plan: &ReadPlan, staging: &mut [u8]) -> Result<ReadStats, IoError>;
 }
 
-/// Open `path` read-only.
+/// Open `path` read-only for random reads (readahead off).
 fn open(path: &std::path::Path) -> Result<File, IoError> {
-    File::open(path).map_err(|source| IoError::Open {
+    let file = File::open(path).map_err(|source| IoError::Open {
         path: path.to_path_buf(),
         source,
-    })
+    })?;
+    crate::sys::random_reads(&file);
+    Ok(file)
 }
 
 /// Check the staging buffer is long enough for `plan`.

@@ -111,6 +111,7 @@ impl UringBackend {
         let align = if cfg.direct {
             direct_alignment(&file, path)?
         } else {
+            crate::sys::random_reads(&file);
             1
         };
         Ok(UringBackend {

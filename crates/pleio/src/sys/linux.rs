@@ -39,6 +39,12 @@ pub(super) fn evict(file: &File, range: Range<u64>) -> io::Result<()> {
     }
 }
 
+pub(super) fn random_reads(file: &File) -> bool {
+    // SAFETY: posix_fadvise only sets the readahead policy of this open file
+    // description; it touches no memory of this process.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) == 0 }
+}
+
 fn madvise(run: MemRun, advice: libc::c_int) -> bool {
     // SAFETY: only MADV_WILLNEED and MADV_RANDOM are passed here: they start
     // readahead or change the readahead hint, never memory contents or which

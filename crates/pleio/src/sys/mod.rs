@@ -67,6 +67,14 @@ pub fn evict(file: &File, range: Range<u64>) -> std::io::Result<()> {
     adv::evict(file, range)
 }
 
+/// Tells the OS that reads through `file` (this open file description) are
+/// random: no readahead, so a 90-byte row read pulls one page, not a window
+/// of neighbours (`posix_fadvise(POSIX_FADV_RANDOM)`). False where refused
+/// or unavailable; reads stay correct either way.
+pub fn random_reads(file: &File) -> bool {
+    adv::random_reads(file)
+}
+
 /// Makes the child that `cmd` spawns join the control group whose
 /// `cgroup.procs` file `procs` is (open for writing), between fork and exec:
 /// the child runs confined from its first instruction. A refused join fails

@@ -26,6 +26,10 @@ pub(super) fn thread_major_faults() -> Option<u64> {
     None
 }
 
+pub(super) fn random_reads(_file: &File) -> bool {
+    false
+}
+
 pub(super) fn evict(_file: &File, _range: Range<u64>) -> io::Result<()> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,

@@ -1,0 +1,482 @@
+//! `pleio demo`: the problem and the fix on this machine, in one command.
+//!
+//! Makes (once) a qwen4exp-shaped IQ4_NL table in the cache directory,
+//! measures cold 16- and 1792-row gathers of every strategy against the
+//! device floor, replays the bundled corpus through each strategy cold and
+//! warm, and ends with one table, two charts and a verdict.
+
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use pleio::bench::{Arm, Bench, BenchConfig, ColdMode, Report};
+use pleio::fetch::Strategy;
+use pleio::model::Model;
+use pleio::quant::GgmlType;
+use pleio::replay::{ReplayConfig, ReplayReport, Replayer};
+use pleio::synth::{SynthSpec, QWEN_ROW_ELEMS};
+use pleio::table::Table;
+use pleio::tokenizer::QwenTokenizer;
+use serde_json::{json, Value as Json};
+
+use super::rows::corpus_tokens;
+use crate::output::{byte_progress, human_bytes, write_atomic, AtomicOutput};
+use crate::plot;
+
+/// Show what gathering PLE rows costs on this machine, strategy by
+/// strategy: cold 16- and 1792-row gathers against the device floor
+/// (`limit`), then the bundled corpus replayed cold and warm (prefill
+/// ubatches of 512 tokens and single-token decode steps).
+///
+/// The table (a qwen4exp-shaped IQ4_NL file, 4 GiB by default) is written
+/// once into the cache directory and reused; cold runs evict only its byte
+/// range from the page cache.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Table size (suffixes K, M, G as powers of 1024). Larger than the free
+    /// page cache shows the "table larger than RAM" case.
+    #[arg(long, default_value = "4G", value_parser = parse_size)]
+    size: u64,
+    /// Where the table and charts live (default: $XDG_CACHE_HOME/pleio or
+    /// ~/.cache/pleio).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Keep the table for the next run (the default).
+    #[arg(long, conflicts_with = "clean")]
+    keep: bool,
+    /// Delete the table when done.
+    #[arg(long)]
+    clean: bool,
+    /// Corpus tokens to replay (prefill; the decode steps follow them).
+    #[arg(long, default_value_t = 8192)]
+    tokens: usize,
+    /// Decode steps per replay.
+    #[arg(long, default_value_t = 64)]
+    decode: usize,
+    /// Cold batches per gather size.
+    #[arg(long, default_value_t = 10)]
+    batches: usize,
+    /// Strategies to compare (fault is always included).
+    #[arg(long, value_delimiter = ',')]
+    strategies: Option<Vec<Strategy>>,
+    /// Also write everything as JSON to this file (the bench/replay schema).
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1u64 << 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
+        Some((i, 'g' | 'G')) => (&t[..i], 1 << 30),
+        Some((i, 't' | 'T')) => (&t[..i], 1 << 40),
+        _ => (t, 1),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size like 4G or 512M"))?;
+    if !(n.is_finite() && n > 0.0) {
+        return Err(format!("{s:?} is not a positive size"));
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+/// Rows of IQ4_NL that fill `size` bytes.
+fn rows_for(size: u64) -> u64 {
+    let row_bytes = GgmlType::IQ4_NL
+        .row_bytes(QWEN_ROW_ELEMS)
+        .expect("160 is whole IQ4_NL blocks");
+    (size / row_bytes).max(1024)
+}
+
+fn cache_dir(dir: Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(d) = dir {
+        return Ok(d);
+    }
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| !x.is_empty()) {
+        return Ok(PathBuf::from(x).join("pleio"));
+    }
+    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        Some(h) => Ok(PathBuf::from(h).join(".cache").join("pleio")),
+        None => bail!("no cache directory: set HOME or XDG_CACHE_HOME, or pass --dir"),
+    }
+}
+
+/// Reuses the cached table if it has the expected geometry, else writes it.
+fn ensure_table(path: &Path, rows: u64) -> Result<()> {
+    if let Ok(model) = Model::open(path) {
+        if let Ok(t) = Table::from_model(&model, None) {
+            if t.n_rows == rows && t.ty == GgmlType::IQ4_NL {
+                eprintln!("using cached table {}", path.display());
+                return Ok(());
+            }
+        }
+    }
+    let spec = SynthSpec::qwen(GgmlType::IQ4_NL, rows, 0);
+    let bytes = spec.table_bytes()?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    if let Some(free) = pleio::sys::free_bytes(dir) {
+        if free < bytes + (64 << 20) {
+            bail!(
+                "the demo table needs {} in {} but only {} is free: pass a smaller --size or another --dir",
+                human_bytes(bytes),
+                dir.display(),
+                human_bytes(free)
+            );
+        }
+    }
+    eprintln!(
+        "writing the demo table {} ({}, once; later runs reuse it)",
+        path.display(),
+        human_bytes(bytes)
+    );
+    let (out, file) = AtomicOutput::create(path, true)?;
+    let bar = byte_progress(bytes, "synth");
+    let sink = spec.write(BufWriter::with_capacity(4 << 20, file), &mut |d| {
+        bar.set_position(d)
+    })?;
+    bar.finish_and_clear();
+    let file = sink.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    out.commit()
+}
+
+fn bar(total: u64, what: &str) -> ProgressBar {
+    let b = ProgressBar::new(total);
+    b.set_style(
+        ProgressStyle::with_template("{msg:28} [{bar:30}] {pos}/{len} {elapsed}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    b.set_message(what.to_string());
+    b
+}
+
+/// One strategy's replays.
+struct Replays {
+    strategy: Strategy,
+    cold: ReplayReport,
+    warm: ReplayReport,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let started = Instant::now();
+    let dir = cache_dir(a.dir.clone())?;
+    let rows = rows_for(a.size);
+    let path = dir.join(format!("demo-qwen4exp-IQ4_NL-{rows}.gguf"));
+    ensure_table(&path, rows)?;
+    let strategies = a
+        .strategies
+        .clone()
+        .unwrap_or_else(|| Strategy::ALL.to_vec());
+
+    // 1. Cold gathers of one decode token (16 rows) and a 1792-row batch.
+    let report = {
+        let bench = Bench::open(&path, None).with_context(|| path.display().to_string())?;
+        let cfg = BenchConfig {
+            rows: vec![16, 1792],
+            strategies: strategies.clone(),
+            batches: a.batches,
+            cold: ColdMode::Evict,
+            seed: 1,
+            limit: true,
+        };
+        let pb = bar(0, "cold gathers");
+        let r = bench.run(&cfg, &mut |p| {
+            pb.set_length(p.total);
+            pb.set_position(p.done);
+            pb.set_message(p.phase.to_string());
+        })?;
+        pb.finish_and_clear();
+        r
+    };
+
+    // 2. The bundled corpus, cold and warm, through every strategy.
+    let tok = QwenTokenizer::shared()?;
+    let mut tokens = corpus_tokens(tok, false)?;
+    tokens.truncate(a.tokens + a.decode);
+    let mut replays = Vec::new();
+    let pb = bar(
+        2 * report_strategies(&report).len() as u64,
+        "corpus replays",
+    );
+    for st in report_strategies(&report) {
+        let model = Arc::new(Model::open(&path)?);
+        let table = Table::from_model(&model, None)?;
+        let replayer = Replayer::new(model, table)?;
+        let run = |cold: bool| -> Result<ReplayReport> {
+            pb.set_message(format!("{} {}", if cold { "cold" } else { "warm" }, st));
+            let cfg = ReplayConfig {
+                ubatch: 512,
+                prefill: None,
+                decode: a.decode,
+                strategy: st,
+                cold,
+                ..ReplayConfig::default()
+            };
+            let plan = replayer.plan(&tokens, &cfg)?;
+            let r = replayer.run(&plan, &cfg)?;
+            pb.inc(1);
+            Ok(r)
+        };
+        let cold = run(true)?;
+        let warm = run(false)?;
+        if cold.checksum != warm.checksum {
+            bail!("{st}: cold and warm replays gathered different floats");
+        }
+        replays.push(Replays {
+            strategy: st,
+            cold,
+            warm,
+        });
+    }
+    pb.finish_and_clear();
+    if let Some(first) = replays.first() {
+        if let Some(r) = replays
+            .iter()
+            .find(|r| r.cold.checksum != first.cold.checksum)
+        {
+            bail!(
+                "{} and {} gathered different floats for the same stream",
+                first.strategy,
+                r.strategy
+            );
+        }
+    }
+
+    print_summary(&path, &report, &replays);
+    let latency_svg = dir.join("demo-latency.svg");
+    let ubatch_svg = dir.join("demo-ubatches.svg");
+    charts(&report, &replays, &latency_svg, &ubatch_svg)?;
+    println!(
+        "\ncharts: {}\n        {}",
+        latency_svg.display(),
+        ubatch_svg.display()
+    );
+    if let Some(out) = &a.json {
+        let j = to_json(&path, &report, &replays);
+        write_atomic(out, true, |w| {
+            serde_json::to_writer_pretty(&mut *w, &j)?;
+            writeln!(w)
+        })?;
+        println!("json:   {}", out.display());
+    }
+    if a.clean {
+        std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+        println!("removed {}", path.display());
+    } else {
+        println!("table:  {} (kept; --clean removes it)", path.display());
+    }
+    eprintln!("demo took {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The strategies the bench measured, in its order (fault first).
+fn report_strategies(r: &Report) -> Vec<Strategy> {
+    let mut out: Vec<Strategy> = Vec::new();
+    for arm in &r.arms {
+        if let Ok(s) = arm.strategy.parse::<Strategy>() {
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+fn arm<'a>(r: &'a Report, strategy: &str, rows: usize, cold: bool) -> Option<&'a Arm> {
+    r.arms
+        .iter()
+        .find(|a| a.strategy == strategy && a.rows == rows && a.cold == cold)
+}
+
+fn ms(us: Option<f64>) -> String {
+    us.map_or("-".into(), |u| format!("{:.2}", u / 1e3))
+}
+
+fn tps(r: &ReplayReport, prefill: bool) -> Option<f64> {
+    if prefill {
+        r.prefill.tokens_per_s()
+    } else {
+        r.decode.tokens_per_s()
+    }
+}
+
+fn rate(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{v:.0}"))
+}
+
+fn print_summary(path: &Path, report: &Report, replays: &[Replays]) {
+    let t = &report.table;
+    println!(
+        "pleio demo: {} ({} rows of {} bytes, {} {}), page cache evicted before every cold run",
+        path.display(),
+        t.rows,
+        t.row_bytes,
+        human_bytes(t.bytes),
+        t.ty
+    );
+    println!(
+        "machine: {}, {} cpus, {} RAM, kernel {}\n",
+        report.machine.cpu,
+        report.machine.cpus,
+        human_bytes(report.machine.mem_bytes),
+        report.machine.kernel
+    );
+    println!(
+        "{:<13} {:>13} {:>13} {:>12} {:>12} {:>12} {:>12} {:>11} {:>10}",
+        "strategy",
+        "prefill tok/s",
+        "prefill tok/s",
+        "decode tok/s",
+        "cold 16 rows",
+        "cold 1792",
+        "warm 16 rows",
+        "bytes read",
+        "peak RSS"
+    );
+    println!(
+        "{:<13} {:>13} {:>13} {:>12} {:>12} {:>12} {:>12} {:>11} {:>10}",
+        "", "cold", "warm", "cold", "ms", "rows ms", "us", "cold run", ""
+    );
+    for r in replays {
+        let name = r.strategy.name();
+        let read = r.cold.prefill.read_bytes.zip(r.cold.decode.read_bytes);
+        println!(
+            "{:<13} {:>13} {:>13} {:>12} {:>12} {:>12} {:>12} {:>11} {:>10}",
+            name,
+            rate(tps(&r.cold, true)),
+            rate(tps(&r.warm, true)),
+            rate(tps(&r.cold, false)),
+            ms(arm(report, name, 16, true).map(|a| a.mean_us)),
+            ms(arm(report, name, 1792, true).map(|a| a.mean_us)),
+            arm(report, name, 16, false).map_or("-".into(), |a| format!("{:.1}", a.mean_us)),
+            read.map_or("-".into(), |(p, d)| human_bytes(p + d)),
+            r.cold
+                .peak_rss
+                .max(r.warm.peak_rss)
+                .map_or("-".into(), human_bytes),
+        );
+    }
+    println!(
+        "{:<13} {:>13} {:>13} {:>12} {:>12} {:>12}   (the device floor: O_DIRECT, queue depth 64)",
+        "limit",
+        "",
+        "",
+        "",
+        ms(arm(report, "limit", 16, true).map(|a| a.mean_us)),
+        ms(arm(report, "limit", 1792, true).map(|a| a.mean_us)),
+    );
+    if let Some(v) = verdict(replays, report) {
+        println!("\n{v}");
+    }
+}
+
+/// One sentence: the best strategy on cold prefill and its gain over faults.
+fn verdict(replays: &[Replays], report: &Report) -> Option<String> {
+    let fault = replays.iter().find(|r| r.strategy == Strategy::Fault)?;
+    let fault_tps = tps(&fault.cold, true)?;
+    let best = replays
+        .iter()
+        .filter_map(|r| tps(&r.cold, true).map(|t| (r, t)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    let name = best.0.strategy.name();
+    let gather = match (
+        arm(report, name, 1792, true),
+        arm(report, "fault", 1792, true),
+    ) {
+        (Some(b), Some(f)) if b.mean_us > 0.0 => {
+            format!(
+                " and gathers 1792 cold rows {:.1}x faster ({} vs {} ms)",
+                f.mean_us / b.mean_us,
+                ms(Some(b.mean_us)),
+                ms(Some(f.mean_us))
+            )
+        }
+        _ => String::new(),
+    };
+    Some(format!(
+        "best: `{name}` prefills the cold corpus at {:.0} tokens/s, {:.1}x plain mmap faults ({:.0} tokens/s){gather}.",
+        best.1,
+        best.1 / fault_tps,
+        fault_tps
+    ))
+}
+
+fn charts(report: &Report, replays: &[Replays], latency: &Path, ubatch: &Path) -> Result<()> {
+    let sizes: Vec<usize> = {
+        let mut s: Vec<usize> = report.arms.iter().map(|a| a.rows).collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    };
+    let series_of = |name: &str| -> Vec<(u64, f64)> {
+        sizes
+            .iter()
+            .filter_map(|&n| arm(report, name, n, true).map(|a| (n as u64, a.mean_us)))
+            .collect()
+    };
+    let series: Vec<(String, Vec<(u64, f64)>)> = report_strategies(report)
+        .iter()
+        .map(|s| (s.name().to_string(), series_of(s.name())))
+        .collect();
+    let limit = series_of("limit");
+    plot::latency_chart(
+        latency,
+        "Cold gather latency per strategy (mean of the batches)",
+        &series,
+        (!limit.is_empty()).then_some(limit.as_slice()),
+    )?;
+    let per_ubatch: Vec<(String, Vec<f64>)> = replays
+        .iter()
+        .map(|r| {
+            let v = r
+                .cold
+                .ubatches
+                .iter()
+                .map(|u| u.gather.as_secs_f64() * 1e3)
+                .collect();
+            (r.strategy.name().to_string(), v)
+        })
+        .collect();
+    plot::ubatch_chart(
+        ubatch,
+        "Cold corpus prefill: gather latency per 512-token ubatch",
+        &per_ubatch,
+    )
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+fn to_json(path: &Path, report: &Report, replays: &[Replays]) -> Json {
+    let mut j = super::bench::to_json(report);
+    j["command"] = json!("demo");
+    j["file"] = json!(path.display().to_string());
+    j["replays"] = replays
+        .iter()
+        .flat_map(|r| {
+            [(&r.cold, true), (&r.warm, false)].map(|(rep, cold)| {
+                json!({
+                    "strategy": r.strategy.name(),
+                    "cold": cold,
+                    "prefill_tokens": rep.prefill.tokens,
+                    "prefill_tokens_per_s": tps(rep, true),
+                    "prefill_gather_s": secs(rep.prefill.gather),
+                    "decode_steps": rep.decode.steps,
+                    "decode_tokens_per_s": tps(rep, false),
+                    "read_bytes": rep.prefill.read_bytes.zip(rep.decode.read_bytes).map(|(a, b)| a + b),
+                    "peak_rss_bytes": rep.peak_rss,
+                    "checksum": format!("{:016x}", rep.checksum),
+                })
+            })
+        })
+        .collect();
+    j
+}
