@@ -6,7 +6,7 @@
 //! Every chart is written atomically (a temporary file renamed into place)
 //! and replaces an existing file of the same name.
 
-// The bench and replay commands call the latency and ubatch charts.
+// Used by `pleio demo` (latency and ubatch charts) and `pleio residency`.
 
 use std::ops::Range;
 use std::path::Path;
