@@ -132,6 +132,13 @@ fn print_stats(a: &Args, table: &Table, stats: &GatherStats) {
             "advice_syscalls": stats.advice_syscalls,
             "advice_failures": stats.advice_failures,
             "major_faults": stats.major_faults,
+            "cold_rows": stats.cold_rows,
+            "found_resident": stats.found_resident,
+            "read_requests": stats.read_requests,
+            "read_bytes": stats.read_bytes,
+            "backend": stats.backend,
+            "fallback": stats.fallback,
+            "rearmed": stats.rearmed,
             "output": a.output.display().to_string(),
         });
         println!("{j}");
@@ -152,6 +159,23 @@ fn print_stats(a: &Args, table: &Table, stats: &GatherStats) {
     println!("  advice syscalls  {}", stats.advice_syscalls);
     println!("  advice failures  {}", stats.advice_failures);
     println!("  major faults     {}", opt(stats.major_faults));
+    println!("  rows read cold   {}", stats.cold_rows);
+    println!(
+        "  found resident   {} (auto: unknown rows mincore found cached)",
+        stats.found_resident
+    );
+    println!(
+        "  read requests    {} ({} bytes)",
+        stats.read_requests, stats.read_bytes
+    );
+    println!(
+        "  backend          {}{}",
+        stats.backend.unwrap_or("none (mapped)"),
+        if stats.fallback { " (fallback)" } else { "" }
+    );
+    if stats.rearmed {
+        println!("  rearmed          yes (auto found pages evicted behind its back)");
+    }
 }
 
 /// NumPy format 1.0 header for a C-order `<f4` array of `(rows, cols)`.
