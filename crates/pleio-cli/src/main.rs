@@ -3,6 +3,7 @@
 mod cmd;
 mod output;
 mod plot;
+mod report;
 
 use clap::{Parser, Subcommand};
 

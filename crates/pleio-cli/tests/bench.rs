@@ -60,7 +60,13 @@ fn bench_writes_every_arm_as_json() {
     assert_eq!(v["table"]["rows"], 30000);
     assert_eq!(v["table"]["type"], "IQ4_NL");
     assert!(v["machine"]["kernel"].is_string());
-    assert_eq!(v["file"], p(&f));
+    assert_eq!(v["schema"], "pleio-report/1");
+    assert_eq!(v["command"], "bench");
+    assert_eq!(v["file"]["path"], p(&f));
+    assert_eq!(
+        v["file"]["bytes"].as_u64().unwrap(),
+        std::fs::metadata(&f).unwrap().len()
+    );
     let arms = v["arms"].as_array().unwrap();
     // Per size: 7 strategies, limit and qd1-page cold, 7 warm.
     assert_eq!(arms.len(), 2 * (9 + 7));
@@ -131,4 +137,36 @@ fn bench_warm_only_and_bad_options() {
     assert!(!bad.status.success());
     let zero = pleio(&["bench", p(&f), "--batches", "0"]);
     assert_eq!(zero.status.code(), Some(2));
+}
+
+#[test]
+fn bench_plot_writes_cold_and_warm_charts() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let f = dir.path().join("q.gguf");
+    ok(&["synth", "--rows", "20000", "--seed", "2", "-o", p(&f)]);
+    let svg = dir.path().join("lat.svg");
+    let out = ok(&[
+        "bench",
+        p(&f),
+        "--rows",
+        "16,64",
+        "--batches",
+        "2",
+        "--strategies",
+        "pread,pool",
+        "--plot",
+        p(&svg),
+    ]);
+    let warm = dir.path().join("lat-warm.svg");
+    for (chart, names) in [
+        (&svg, &["fault", "pread", "pool", "limit"][..]),
+        (&warm, &["fault", "pread", "pool"][..]),
+    ] {
+        assert!(out.contains(&format!("chart: {}", p(chart))), "{out}");
+        let text = std::fs::read_to_string(chart).unwrap();
+        assert!(text.contains("<svg"));
+        for n in names {
+            assert!(text.contains(n), "{n} missing in {}", p(chart));
+        }
+    }
 }

@@ -43,7 +43,18 @@ fn replay_json(args: &[&str]) -> Json {
     let mut all = vec!["replay"];
     all.extend_from_slice(args);
     all.push("--json");
-    serde_json::from_str(&ok(&all)).unwrap()
+    let doc: Json = serde_json::from_str(&ok(&all)).unwrap();
+    // The shared report schema: one replay, the table in the envelope.
+    assert_eq!(doc["schema"], "pleio-report/1");
+    assert_eq!(doc["command"], "replay");
+    assert!(doc["machine"]["cpus"].as_u64().unwrap() >= 1);
+    assert_eq!(doc["file"]["path"], args[0]);
+    let replays = doc["replays"].as_array().unwrap();
+    assert_eq!(replays.len(), 1);
+    let mut j = replays[0].clone();
+    j["table"] = doc["table"].clone();
+    j["file"] = doc["file"].clone();
+    j
 }
 
 /// FNV-1a over f32 bit patterns, as documented for the replay checksum.
@@ -207,4 +218,30 @@ fn bad_arguments_fail_cleanly() {
     assert!(e.contains("compute"), "{e}");
     let out = pleio(&["replay", &f, "--corpus", "--strategy", "nope"]);
     assert!(!out.status.success());
+}
+
+#[test]
+fn replay_plot_draws_every_ubatch() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let f = synth(dir.path(), "20000");
+    let svg = dir.path().join("r.svg");
+    let svg_s = svg.to_str().unwrap();
+    let out = ok(&[
+        "replay",
+        &f,
+        "--corpus",
+        "--prefill",
+        "1000",
+        "--ubatch",
+        "256",
+        "--decode",
+        "4",
+        "--strategy",
+        "pread",
+        "--plot",
+        svg_s,
+    ]);
+    assert!(out.contains(&format!("chart: {svg_s}")), "{out}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("<svg") && text.contains("pread"), "{text}");
 }

@@ -3,13 +3,14 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use pleio::bench::{Arm, Bench, BenchConfig, ColdMode, Progress, Report};
+use pleio::bench::{Arm, Bench, BenchConfig, ColdMode, Machine, Progress, Report, TableInfo};
 use pleio::fetch::Strategy;
 use serde_json::{json, Value};
 
 use crate::output::{human_bytes, write_atomic};
+use crate::report::{self, CappedRun};
 
 /// Measure gather latency of every strategy, cold and warm, against the
 /// device floor (`limit`: the same batches' distinct pages read with
@@ -52,9 +53,28 @@ pub struct Args {
     /// Overwrite an existing JSON file.
     #[arg(long)]
     force: bool,
+    /// Draw mean latency per strategy per batch size: cold arms (with the
+    /// `limit` floor) to this SVG file, warm arms to `OUT-warm.svg`.
+    #[arg(long, value_name = "OUT.svg")]
+    plot: Option<PathBuf>,
+    /// Run each strategy in its own memory cgroup capped at this size (e.g.
+    /// 2G; needs root and a memory controller), the table evicted first:
+    /// reports whether each stays within the cap and what it measures there.
+    #[arg(long, value_name = "SIZE", value_parser = parse_cap)]
+    mem_cap: Option<u64>,
+    /// Skip the `limit` arm (capped children other than fault's).
+    #[arg(long, hide = true)]
+    no_limit: bool,
+}
+
+fn parse_cap(s: &str) -> Result<u64, String> {
+    pleio::cgroup::parse_size(s).ok_or_else(|| format!("{s:?} is not a size like 2G or 512M"))
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if let Some(cap) = a.mem_cap {
+        return run_capped(&a, cap);
+    }
     let bench =
         Bench::open(&a.file, a.tensor.as_deref()).with_context(|| a.file.display().to_string())?;
     let cfg = BenchConfig {
@@ -63,7 +83,7 @@ pub fn run(a: Args) -> Result<()> {
         batches: a.batches,
         cold: a.cold,
         seed: a.seed,
-        limit: true,
+        limit: !a.no_limit,
     };
     let bar = ProgressBar::new(1);
     bar.set_style(
@@ -79,14 +99,170 @@ pub fn run(a: Args) -> Result<()> {
     bar.finish_and_clear();
     let report = report.with_context(|| a.file.display().to_string())?;
     print_table(&report);
+    finish(&a, &to_json(&report))
+}
+
+/// Writes the `--json` report and the `--plot` charts.
+fn finish(a: &Args, j: &Value) -> Result<()> {
     if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&to_json(&report))?;
+        let text = serde_json::to_string_pretty(j)?;
         write_atomic(path, a.force, |w| {
             w.write_all(text.as_bytes())?;
             w.write_all(b"\n")
         })?;
     }
+    if let Some(out) = &a.plot {
+        for p in report::bench_charts(j, out)? {
+            println!("chart: {}", p.display());
+        }
+    }
     Ok(())
+}
+
+/// `--mem-cap`: each strategy measured by a child of this program in its
+/// own capped cgroup (fault's child also measures `limit`).
+fn run_capped(a: &Args, cap: u64) -> Result<()> {
+    let version = report::probe_cap(cap)?;
+    let bench =
+        Bench::open(&a.file, a.tensor.as_deref()).with_context(|| a.file.display().to_string())?;
+    let info = bench.table_info();
+    drop(bench);
+    let mut strategies = vec![Strategy::Fault];
+    for s in &a.strategies {
+        if !strategies.contains(s) {
+            strategies.push(*s);
+        }
+    }
+    let base = report::args_without(&[
+        ("--mem-cap", true),
+        ("--plot", true),
+        ("--json", true),
+        ("--force", false),
+        ("--strategies", true),
+        ("--no-limit", false),
+    ]);
+    let mut runs = Vec::new();
+    let mut arms = Vec::new();
+    for (i, s) in strategies.iter().enumerate() {
+        eprintln!("{s}: measuring inside a {} memory cap", human_bytes(cap));
+        let json =
+            std::env::temp_dir().join(format!("pleio-capped-{}-{i}.json", std::process::id()));
+        let mut args = base.clone();
+        args.extend(["--strategies".into(), s.name().into()]);
+        args.extend(["--json".into(), json.clone().into_os_string()]);
+        if *s != Strategy::Fault {
+            args.push("--no-limit".into());
+        }
+        let run = report::run_capped(
+            cap,
+            s.name(),
+            &a.file,
+            &args,
+            report::ReportFrom::File(json),
+        )?;
+        if let Some(r) = &run.report {
+            arms.extend(
+                r["arms"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|arm| arm["strategy"] == s.name() || arm["strategy"] == "limit")
+                    .cloned(),
+            );
+        }
+        runs.push(run);
+    }
+    // Only fault's child measured `limit`: the other cold arms' ratios
+    // come from its figures.
+    let limits: Vec<(Value, f64)> = arms
+        .iter()
+        .filter(|x| x["strategy"] == "limit")
+        .filter_map(|x| Some((x["rows"].clone(), x["mean_us"].as_f64()?)))
+        .collect();
+    for x in arms
+        .iter_mut()
+        .filter(|x| x["cold"] == true && x["strategy"] != "limit")
+    {
+        if let (Some((_, l)), Some(m)) = (
+            limits.iter().find(|(n, _)| *n == x["rows"]),
+            x["mean_us"].as_f64(),
+        ) {
+            x["ratio_to_limit"] = json!(finite(m / l));
+        }
+    }
+    let mut j = report::envelope("bench", &Machine::detect(), &a.file, &info);
+    j["cold_mode"] = json!(a.cold.name());
+    j["batches"] = json!(a.batches);
+    j["seed"] = json!(a.seed);
+    j["arms"] = json!(arms);
+    j["mem_cap"] = report::mem_cap_json(cap, version, &runs);
+    print_capped(&a.file, &info, cap, &runs, &arms);
+    finish(a, &j)?;
+    if let Some(r) = runs.iter().find(|r| r.outcome() == "failed") {
+        bail!("capped run failed: {}", r.summary());
+    }
+    Ok(())
+}
+
+fn print_capped(
+    file: &std::path::Path,
+    t: &TableInfo,
+    cap: u64,
+    runs: &[CappedRun],
+    arms: &[Value],
+) {
+    println!(
+        "{}: {} {} rows x {} B ({}), each strategy in a {} memory cgroup",
+        file.display(),
+        t.ty,
+        t.rows,
+        t.row_bytes,
+        human_bytes(t.bytes),
+        human_bytes(cap)
+    );
+    println!();
+    println!("| strategy | outcome | peak | cap | limit hits | rows | cold mean us | warm mean us | vs limit |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    let us = |v: &Value| v.as_f64().map_or_else(|| "-".into(), |x| format!("{x:.1}"));
+    for run in runs {
+        let u = &run.usage;
+        let mine: Vec<&Value> = arms
+            .iter()
+            .filter(|x| x["strategy"] == run.label.as_str())
+            .collect();
+        let mut sizes: Vec<u64> = mine.iter().filter_map(|x| x["rows"].as_u64()).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let head = format!(
+            "| {} | {} | {} | {} | {} |",
+            run.label,
+            run.outcome(),
+            u.peak_bytes.map_or_else(|| "n/a".into(), human_bytes),
+            human_bytes(u.limit_bytes),
+            u.limit_hits
+        );
+        if sizes.is_empty() {
+            println!("{head} - | - | - | - |");
+        }
+        for n in sizes {
+            let find = |cold: bool| mine.iter().find(|x| x["rows"] == n && x["cold"] == cold);
+            let cold = find(true);
+            println!(
+                "{head} {n} | {} | {} | {} |",
+                cold.map_or_else(|| "-".into(), |x| us(&x["mean_us"])),
+                find(false).map_or_else(|| "-".into(), |x| us(&x["mean_us"])),
+                cold.map_or_else(
+                    || "-".into(),
+                    |x| x["ratio_to_limit"]
+                        .as_f64()
+                        .map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
+                ),
+            );
+        }
+    }
+    for run in runs.iter().filter(|r| r.outcome() == "failed") {
+        eprintln!("{}", run.summary());
+    }
 }
 
 fn ratio(r: Option<f64>) -> String {
@@ -157,40 +333,22 @@ fn print_arm(a: &Arm) {
     );
 }
 
-/// `{"machine":{..},"file":..,"table":{..},"arms":[..]}`.
+/// The report envelope (command `bench`) with `cold_mode`, `batches`,
+/// `seed`, `residency_costs` and `arms`.
 pub(crate) fn to_json(r: &Report) -> Value {
-    let m = &r.machine;
-    let t = &r.table;
     let c = &r.residency;
-    json!({
-        "machine": {
-            "cpu": m.cpu,
-            "cpus": m.cpus,
-            "mem_bytes": m.mem_bytes,
-            "kernel": m.kernel,
-            "page_bytes": m.page_bytes,
-        },
-        "file": r.file.display().to_string(),
-        "file_bytes": r.file_bytes,
-        "table": {
-            "name": t.name,
-            "type": t.ty,
-            "rows": t.rows,
-            "row_bytes": t.row_bytes,
-            "row_elems": t.row_elems,
-            "bytes": t.bytes,
-            "offset": t.offset,
-        },
-        "cold_mode": r.cold.name(),
-        "batches": r.batches,
-        "seed": r.seed,
-        "residency_costs": {
-            "clock_ns": c.clock_ns,
-            "mincore_row_us": finite(c.mincore_row_us),
-            "mincore_table_ms": finite(c.mincore_table_ms),
-        },
-        "arms": r.arms.iter().map(arm_json).collect::<Vec<_>>(),
-    })
+    let mut j = report::envelope("bench", &r.machine, &r.file, &r.table);
+    j["file"]["bytes"] = json!(r.file_bytes);
+    j["cold_mode"] = json!(r.cold.name());
+    j["batches"] = json!(r.batches);
+    j["seed"] = json!(r.seed);
+    j["residency_costs"] = json!({
+        "clock_ns": c.clock_ns,
+        "mincore_row_us": finite(c.mincore_row_us),
+        "mincore_table_ms": finite(c.mincore_table_ms),
+    });
+    j["arms"] = r.arms.iter().map(arm_json).collect();
+    j
 }
 
 fn finite(x: f64) -> Option<f64> {

@@ -462,7 +462,7 @@ fn secs(d: Duration) -> f64 {
 fn to_json(path: &Path, report: &Report, replays: &[Replays]) -> Json {
     let mut j = super::bench::to_json(report);
     j["command"] = json!("demo");
-    j["file"] = json!(path.display().to_string());
+    j["file"]["path"] = json!(path.display().to_string());
     j["replays"] = replays
         .iter()
         .flat_map(|r| {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use pleio::bench::Machine;
 use pleio::fetch::Strategy;
 use pleio::model::Model;
 use pleio::replay::{
@@ -15,6 +16,7 @@ use serde_json::{json, Value as Json};
 
 use super::rows::Input;
 use crate::output::human_bytes;
+use crate::report;
 
 /// Replay a token stream through the PLE stage: prefill in ubatches, then
 /// decode steps of one token, gathering every row the model would ask for.
@@ -60,14 +62,29 @@ pub struct Args {
     /// Seed of the decode tokens drawn when the stream runs out.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Print one JSON object.
+    /// Print one JSON object (the `pleio-report/1` schema).
     #[arg(long)]
     json: bool,
+    /// Draw the gather latency of every prefill ubatch to this SVG file.
+    #[arg(long, value_name = "OUT.svg")]
+    plot: Option<PathBuf>,
+    /// Run the replay in a memory cgroup capped at this size (e.g. 2G;
+    /// needs root and a memory controller), the table evicted first:
+    /// reports whether it stays within the cap and what it measures there.
+    #[arg(long, value_name = "SIZE", value_parser = parse_cap)]
+    mem_cap: Option<u64>,
+}
+
+fn parse_cap(s: &str) -> Result<u64, String> {
+    pleio::cgroup::parse_size(s).ok_or_else(|| format!("{s:?} is not a size like 2G or 512M"))
 }
 
 pub fn run(a: Args) -> Result<()> {
     if !(a.compute_ms.is_finite() && a.compute_ms >= 0.0) {
         bail!("--compute-ms must be a non-negative number of milliseconds");
+    }
+    if let Some(cap) = a.mem_cap {
+        return run_capped(&a, cap);
     }
     let name = a.file.display().to_string();
     let model = Arc::new(Model::open(&a.file)?);
@@ -86,10 +103,90 @@ pub fn run(a: Args) -> Result<()> {
     };
     let plan = replayer.plan(&tokens, &cfg).with_context(|| name.clone())?;
     let rep = replayer.run(&plan, &cfg).with_context(|| name.clone())?;
+    let j = to_json(&a, &replayer, tokens.len(), &rep);
     if a.json {
-        println!("{}", to_json(&a, &replayer, tokens.len(), &rep));
+        println!("{j}");
     } else {
         print_text(&a, &replayer, tokens.len(), &rep);
+    }
+    plot(&a, &j)
+}
+
+/// `--plot`: the chart, its path on stdout (stderr under `--json`).
+fn plot(a: &Args, j: &Json) -> Result<()> {
+    if let Some(out) = &a.plot {
+        report::replay_chart(j, out)?;
+        if a.json {
+            eprintln!("chart: {}", out.display());
+        } else {
+            println!("chart: {}", out.display());
+        }
+    }
+    Ok(())
+}
+
+/// `--mem-cap`: the same replay by a child of this program in a capped
+/// cgroup; its report plus `mem_cap`.
+fn run_capped(a: &Args, cap: u64) -> Result<()> {
+    if a.input.tokens.as_deref() == Some(std::path::Path::new("-")) {
+        bail!("--mem-cap cannot pass stdin on to the capped run: give --tokens a file");
+    }
+    let version = report::probe_cap(cap)?;
+    let mut args =
+        report::args_without(&[("--mem-cap", true), ("--plot", true), ("--json", false)]);
+    args.push("--json".into());
+    let label = a.strategy.name();
+    if !a.json {
+        eprintln!(
+            "{label}: replaying inside a {} memory cap",
+            human_bytes(cap)
+        );
+    }
+    let run = report::run_capped(cap, label, &a.file, &args, report::ReportFrom::Stdout)?;
+    let mut j = match &run.report {
+        Some(r) => r.clone(),
+        None => {
+            let model = Model::open(&a.file)?;
+            let t = Table::from_model(&model, None)?;
+            let mut j = report::envelope(
+                "replay",
+                &Machine::detect(),
+                &a.file,
+                &report::table_info(&t),
+            );
+            j["replays"] = json!([]);
+            j
+        }
+    };
+    j["mem_cap"] = report::mem_cap_json(cap, version, std::slice::from_ref(&run));
+    if a.json {
+        println!("{j}");
+    } else {
+        println!("{}", run.summary());
+        if let Some(r) = j["replays"].get(0) {
+            let f = |v: &Json| {
+                v.as_f64()
+                    .map_or_else(|| "n/a".into(), |x| format!("{x:.0}"))
+            };
+            let p99 = |v: &Json| {
+                v.as_f64()
+                    .map_or_else(|| "n/a".into(), |x| format!("{x:.3}"))
+            };
+            println!(
+                "prefill {} tokens/s (ubatch gather p99 {} ms), decode {} tokens/s (step p99 {} ms), peak RSS {}",
+                f(&r["prefill"]["tokens_per_s"]),
+                p99(&r["prefill"]["latency_ms"]["p99"]),
+                f(&r["decode"]["tokens_per_s"]),
+                p99(&r["decode"]["latency_ms"]["p99"]),
+                r["peak_rss_bytes"].as_u64().map_or_else(|| "n/a".into(), human_bytes),
+            );
+        }
+    }
+    if run.outcome() == "failed" {
+        bail!("capped run failed: {}", run.summary());
+    }
+    if run.report.is_some() {
+        plot(a, &j)?;
     }
     Ok(())
 }
@@ -153,15 +250,13 @@ fn to_json(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) -> Json {
     let t = r.reader().table();
     let mut decode = phase_json(&rep.decode);
     decode["drawn_tokens"] = json!(rep.drawn);
-    json!({
-        "file": a.file.display().to_string(),
-        "table": {
-            "name": t.name,
-            "type": t.ty.to_string(),
-            "rows": t.n_rows,
-            "row_bytes": t.row_bytes,
-            "bytes": t.bytes(),
-        },
+    let mut j = report::envelope(
+        "replay",
+        &Machine::detect(),
+        &a.file,
+        &report::table_info(t),
+    );
+    j["replays"] = json!([{
         "architecture": r.mapper().architecture(),
         "strategy": rep.strategy.name(),
         "lookahead": rep.lookahead,
@@ -184,7 +279,8 @@ fn to_json(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) -> Json {
             "worker_rows": c.worker_rows,
             "cancelled": c.cancelled,
         })),
-    })
+    }]);
+    j
 }
 
 fn opt_bytes(b: Option<u64>) -> String {

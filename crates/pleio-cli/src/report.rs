@@ -1,0 +1,325 @@
+//! The one report schema (`pleio-report/1`) of `bench`, `replay` and `demo`
+//! `--json`, the memory-capped child runs behind `--mem-cap`, and the charts
+//! drawn from a report.
+//!
+//! Every report starts with the same envelope (`schema`, `command`,
+//! `machine`, `file`, `table`); commands add `arms`, `replays` and, when
+//! capped, `mem_cap`. Charts are drawn from the JSON so capped runs (whose
+//! figures come from the children's reports) and plain runs share one path.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Output, Stdio};
+
+use anyhow::{bail, Context, Result};
+use pleio::bench::{Machine, TableInfo};
+use pleio::cgroup::{CgroupVersion, MemCap, MemUsage};
+use pleio::table::Table;
+use serde_json::{json, Value as Json};
+
+use crate::output::human_bytes;
+use crate::plot;
+
+/// The schema tag every report carries.
+pub const SCHEMA: &str = "pleio-report/1";
+
+/// Geometry of a table, as [`TableInfo`] (which `bench` reports) has it.
+pub fn table_info(t: &Table) -> TableInfo {
+    TableInfo {
+        name: t.name.clone(),
+        ty: t.ty.to_string(),
+        rows: t.n_rows,
+        row_bytes: t.row_bytes,
+        row_elems: t.row_elems,
+        bytes: t.bytes(),
+        offset: t.offset,
+    }
+}
+
+/// `{"schema", "command", "machine", "file", "table"}`: the part every
+/// report shares.
+pub fn envelope(command: &str, machine: &Machine, file: &Path, t: &TableInfo) -> Json {
+    let file_bytes = std::fs::metadata(file).map(|m| m.len()).ok();
+    json!({
+        "schema": SCHEMA,
+        "command": command,
+        "machine": {
+            "cpu": machine.cpu,
+            "cpus": machine.cpus,
+            "mem_bytes": machine.mem_bytes,
+            "kernel": machine.kernel,
+            "page_bytes": machine.page_bytes,
+        },
+        "file": {"path": file.display().to_string(), "bytes": file_bytes},
+        "table": {
+            "name": t.name,
+            "type": t.ty,
+            "rows": t.rows,
+            "row_bytes": t.row_bytes,
+            "row_elems": t.row_elems,
+            "bytes": t.bytes,
+            "offset": t.offset,
+        },
+    })
+}
+
+/// How a capped child ended.
+pub struct CappedRun {
+    /// What the child measured (a strategy name).
+    pub label: String,
+    /// The group's memory use over the child's life.
+    pub usage: MemUsage,
+    /// The child's exit status.
+    pub status: ExitStatus,
+    /// The child's report, when it finished and wrote one.
+    pub report: Option<Json>,
+    /// The child's stderr (its error message when it failed).
+    pub stderr: String,
+}
+
+impl CappedRun {
+    /// `finished`, `oom-killed` or `failed`.
+    pub fn outcome(&self) -> &'static str {
+        if self.usage.oom_kills > 0 {
+            "oom-killed"
+        } else if self.status.success() && self.report.is_some() {
+            "finished"
+        } else {
+            "failed"
+        }
+    }
+
+    /// The `mem_cap.runs[]` entry.
+    pub fn to_json(&self) -> Json {
+        let u = &self.usage;
+        json!({
+            "strategy": self.label,
+            "outcome": self.outcome(),
+            "exit_code": self.status.code(),
+            "limit_bytes": u.limit_bytes,
+            "peak_bytes": u.peak_bytes,
+            "limit_hits": u.limit_hits,
+            "oom_kills": u.oom_kills,
+            "within_cap": u.within_cap(),
+            "error": (self.outcome() == "failed").then(|| last_line(&self.stderr)),
+        })
+    }
+
+    /// One line: outcome, peak against the cap, limit hits.
+    pub fn summary(&self) -> String {
+        let u = &self.usage;
+        let mut s = format!(
+            "{}: {}, peak {} of {} cap, {} limit hits",
+            self.label,
+            self.outcome(),
+            u.peak_bytes.map_or_else(|| "n/a".into(), human_bytes),
+            human_bytes(u.limit_bytes),
+            u.limit_hits
+        );
+        if self.outcome() == "failed" {
+            s += &format!(" ({})", last_line(&self.stderr));
+        }
+        s
+    }
+}
+
+fn last_line(s: &str) -> String {
+    s.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// `{"bytes", "cgroup", "runs": [..]}`.
+pub fn mem_cap_json(cap: u64, version: CgroupVersion, runs: &[CappedRun]) -> Json {
+    json!({
+        "bytes": cap,
+        "cgroup": match version { CgroupVersion::V1 => "v1", CgroupVersion::V2 => "v2" },
+        "runs": runs.iter().map(CappedRun::to_json).collect::<Vec<_>>(),
+    })
+}
+
+/// This command's arguments (after the program name) without the given
+/// options: `(name, takes_value)`, in both `--name value` and `--name=value`
+/// forms.
+pub fn args_without(drop: &[(&str, bool)]) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut args = std::env::args_os().skip(1);
+    while let Some(arg) = args.next() {
+        let s = arg.to_string_lossy();
+        if let Some(&(_, takes_value)) = drop
+            .iter()
+            .find(|(name, _)| s == *name || s.starts_with(&format!("{name}=")))
+        {
+            if takes_value && !s.contains('=') {
+                args.next();
+            }
+            continue;
+        }
+        out.push(arg);
+    }
+    out
+}
+
+/// Checks that a memory cap can be made here (root, a memory controller)
+/// before any work starts; returns the interface in use.
+pub fn probe_cap(cap: u64) -> Result<CgroupVersion> {
+    let probe = MemCap::new(cap).context("--mem-cap")?;
+    let version = probe.version();
+    probe.remove().context("--mem-cap")?;
+    Ok(version)
+}
+
+/// Where a capped child's report comes from.
+pub enum ReportFrom {
+    /// The child prints it on stdout.
+    Stdout,
+    /// The child writes it to this file.
+    File(PathBuf),
+}
+
+/// Runs this program again with `args` inside a fresh memory cgroup capped
+/// at `cap`, after evicting `file` from the page cache (pages cached and
+/// charged elsewhere would not count against the cap), and collects the
+/// child's report and the group's memory use.
+pub fn run_capped(
+    cap: u64,
+    label: &str,
+    file: &Path,
+    args: &[OsString],
+    from: ReportFrom,
+) -> Result<CappedRun> {
+    let f = File::open(file).with_context(|| file.display().to_string())?;
+    let len = f.metadata()?.len();
+    pleio::sys::evict(&f, 0..len)
+        .with_context(|| format!("evicting {} before a capped run", file.display()))?;
+    drop(f);
+    let group = MemCap::new(cap).context("--mem-cap")?;
+    let exe = std::env::current_exe().context("finding this program to run it capped")?;
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    group.confine(&mut cmd).context("--mem-cap")?;
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().context("running the capped child")?;
+    let usage = group.usage().context("--mem-cap")?;
+    group.remove().context("--mem-cap")?;
+    let report = if status.success() {
+        let text = match &from {
+            ReportFrom::Stdout => Some(stdout),
+            ReportFrom::File(p) => std::fs::read(p).ok(),
+        };
+        text.and_then(|t| serde_json::from_slice::<Json>(&t).ok())
+    } else {
+        None
+    };
+    if let ReportFrom::File(p) = &from {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(CappedRun {
+        label: label.to_string(),
+        usage,
+        status,
+        report,
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    })
+}
+
+/// `OUT.svg` -> `OUT-warm.svg`.
+pub fn warm_path(out: &Path) -> PathBuf {
+    let stem = out
+        .file_stem()
+        .map_or_else(|| "chart".into(), |s| s.to_string_lossy().into_owned());
+    let ext = out
+        .extension()
+        .map_or_else(|| "svg".into(), |s| s.to_string_lossy().into_owned());
+    out.with_file_name(format!("{stem}-warm.{ext}"))
+}
+
+/// Mean latency (us) per batch size of one strategy's cold or warm arms.
+fn arm_series(arms: &[Json], strategy: &str, cold: bool) -> Vec<(u64, f64)> {
+    let mut pts: Vec<(u64, f64)> = arms
+        .iter()
+        .filter(|a| a["strategy"] == strategy && a["cold"] == cold)
+        .filter_map(|a| Some((a["rows"].as_u64()?, a["mean_us"].as_f64()?)))
+        .collect();
+    pts.sort_by_key(|p| p.0);
+    pts
+}
+
+/// The strategies of a report's arms, in order, without `limit`.
+fn arm_strategies(arms: &[Json]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for a in arms {
+        if let Some(s) = a["strategy"].as_str() {
+            if s != "limit" && !out.iter().any(|o| o == s) {
+                out.push(s.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Draws a bench report's cold arms to `out` (with `limit` as the reference
+/// line) and, when it has warm arms, those to `OUT-warm.svg`; returns the
+/// paths written.
+pub fn bench_charts(report: &Json, out: &Path) -> Result<Vec<PathBuf>> {
+    let empty = Vec::new();
+    let arms = report["arms"].as_array().unwrap_or(&empty);
+    let names = arm_strategies(arms);
+    let mut written = Vec::new();
+    for cold in [true, false] {
+        let series: Vec<(String, Vec<(u64, f64)>)> = names
+            .iter()
+            .map(|s| (s.clone(), arm_series(arms, s, cold)))
+            .filter(|(_, pts)| !pts.is_empty())
+            .collect();
+        if series.is_empty() {
+            continue;
+        }
+        let (path, title) = if cold {
+            (out.to_path_buf(), "Cold gather latency per strategy (mean)")
+        } else {
+            (warm_path(out), "Warm gather latency per strategy (mean)")
+        };
+        let limit = arm_series(arms, "limit", true);
+        let limit = (cold && !limit.is_empty()).then_some(limit.as_slice());
+        plot::latency_chart(&path, title, &series, limit)?;
+        written.push(path);
+    }
+    if written.is_empty() {
+        bail!("no arms measured: nothing to plot");
+    }
+    Ok(written)
+}
+
+/// Draws the per-ubatch gather latency of every replay in a report.
+pub fn replay_chart(report: &Json, out: &Path) -> Result<()> {
+    let empty = Vec::new();
+    let series: Vec<(String, Vec<f64>)> = report["replays"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(|r| {
+            let mut name = r["strategy"].as_str().unwrap_or("?").to_string();
+            if r["cold"] == true {
+                name += " (cold)";
+            }
+            let ms = r["ubatches"]
+                .as_array()
+                .unwrap_or(&empty)
+                .iter()
+                .filter_map(|u| u["gather_ms"].as_f64())
+                .collect();
+            (name, ms)
+        })
+        .collect();
+    plot::ubatch_chart(out, "Prefill gather latency per ubatch", &series)
+}

@@ -1,0 +1,140 @@
+//! `--mem-cap` on `bench` and `replay`: each strategy measured inside a
+//! memory cgroup smaller than the table (skipped, saying why, where no
+//! memory cgroup can be made: not root, no controller).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn pleio(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pleio"))
+        .args(args)
+        .output()
+        .expect("run pleio")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = pleio(args);
+    assert!(
+        out.status.success(),
+        "pleio {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// Why a memory cap cannot be made here, if it cannot.
+fn no_cgroup(table: &Path) -> Option<String> {
+    let out = pleio(&[
+        "bench",
+        p(table),
+        "--rows",
+        "16",
+        "--batches",
+        "1",
+        "--strategies",
+        "fault",
+        "--cold",
+        "none",
+        "--mem-cap",
+        "32M",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (!out.status.success() && err.contains("needs root and a memory cgroup controller"))
+        .then_some(err)
+}
+
+#[test]
+fn capped_bench_and_replay_stay_within_a_cap_smaller_than_the_table() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let f = dir.path().join("q.gguf");
+    // 750k rows of 90 B: a 64 MiB table, twice the cap.
+    ok(&["synth", "--rows", "750000", "--seed", "4", "-o", p(&f)]);
+    if let Some(why) = no_cgroup(&f) {
+        eprintln!("skipped: no memory cgroup here: {why}");
+        return;
+    }
+    let cap = 32u64 << 20;
+    let json = dir.path().join("b.json");
+    let table = ok(&[
+        "bench",
+        p(&f),
+        "--rows",
+        "16,256",
+        "--batches",
+        "2",
+        "--strategies",
+        "fault,pread,pool",
+        "--mem-cap",
+        "32M",
+        "--json",
+        p(&json),
+    ]);
+    assert!(table.contains("32.00 MiB memory cgroup"), "{table}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["schema"], "pleio-report/1");
+    assert!(v["table"]["bytes"].as_u64().unwrap() > 2 * cap - (1 << 20));
+    let mc = &v["mem_cap"];
+    assert_eq!(mc["bytes"], cap);
+    let runs = mc["runs"].as_array().unwrap();
+    let names: Vec<&str> = runs
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["fault", "pread", "pool"]);
+    for r in runs {
+        assert_eq!(r["outcome"], "finished", "{r}");
+        assert_eq!(r["within_cap"], true, "{r}");
+        let peak = r["peak_bytes"].as_u64().unwrap();
+        assert!(peak > 0 && peak <= cap, "{r}");
+        // The child's figures are in the arms: cold and warm at each size.
+        let arms: Vec<_> = v["arms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["strategy"] == r["strategy"])
+            .collect();
+        assert_eq!(arms.len(), 4, "{r}");
+        assert!(arms.iter().all(|a| a["mean_us"].as_f64().unwrap() > 0.0));
+    }
+    assert!(v["arms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["strategy"] == "limit"));
+
+    // A token file, not the bundled corpus: tokenizing the corpus alone
+    // takes more memory than the cap.
+    let tokens = dir.path().join("tokens.txt");
+    let ids: Vec<String> = (0..1032u32)
+        .map(|i| (i * 7919 % 150_000).to_string())
+        .collect();
+    std::fs::write(&tokens, ids.join(" ")).unwrap();
+    let out = ok(&[
+        "replay",
+        p(&f),
+        "--tokens",
+        p(&tokens),
+        "--prefill",
+        "1024",
+        "--decode",
+        "8",
+        "--cold",
+        "--strategy",
+        "pread",
+        "--mem-cap",
+        "32M",
+        "--json",
+    ]);
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["command"], "replay");
+    let run = &j["mem_cap"]["runs"][0];
+    assert_eq!(run["outcome"], "finished", "{run}");
+    assert!(run["peak_bytes"].as_u64().unwrap() <= cap, "{run}");
+    assert_eq!(j["replays"][0]["strategy"], "pread");
+    assert_eq!(j["replays"][0]["prefill"]["tokens"], 1024);
+}
