@@ -1,29 +1,9 @@
 //! `pleio bench` end to end on a small synthetic table: the JSON schema,
 //! every strategy and the `limit` arm present, the bit-for-bit check passed.
 
-use std::path::Path;
-use std::process::Command;
+mod common;
 
-fn pleio(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_pleio"))
-        .args(args)
-        .output()
-        .expect("run pleio")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = pleio(args);
-    assert!(
-        out.status.success(),
-        "pleio {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
+use common::{ok, p, pleio};
 
 const STRATEGIES: [&str; 7] = [
     "fault",

@@ -1,30 +1,10 @@
 //! The `pleio` command end to end: synth, inspect, gather, and its errors.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
+
+use common::{ok, p, pleio};
 
 use pleio::quant::{decode_row, GgmlType};
-
-fn pleio(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pleio"))
-        .args(args)
-        .output()
-        .expect("run pleio")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = pleio(args);
-    assert!(
-        out.status.success(),
-        "pleio {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
 
 #[test]
 fn synth_inspect_gather_round_trip() {

@@ -2,30 +2,10 @@
 //! memory cgroup smaller than the table (skipped, saying why, where no
 //! memory cgroup can be made: not root, no controller).
 
+mod common;
+
+use common::{ok, p, pleio};
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn pleio(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pleio"))
-        .args(args)
-        .output()
-        .expect("run pleio")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = pleio(args);
-    assert!(
-        out.status.success(),
-        "pleio {args:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
 
 /// Why a memory cap cannot be made here, if it cannot.
 fn no_cgroup(table: &Path) -> Option<String> {

@@ -3,28 +3,13 @@
 //! `pleio rows` + `pleio gather` give for the same stream; the JSON report
 //! has its figures; bad arguments fail cleanly.
 
+mod common;
+
+use common::{ok, pleio};
 use std::path::Path;
-use std::process::{Command, Output};
 
 use pleio::fetch::Strategy;
 use serde_json::Value as Json;
-
-fn pleio(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pleio"))
-        .args(args)
-        .output()
-        .expect("run pleio")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = pleio(args);
-    assert!(
-        out.status.success(),
-        "pleio {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 fn fails(args: &[&str]) -> String {
     let out = pleio(args);

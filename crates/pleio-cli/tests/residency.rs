@@ -1,36 +1,12 @@
 //! `pleio residency` end to end: an evicted table shows (almost) nothing
 //! resident and scanning keeps it so; a table read in full shows all of it.
 
+mod common;
+
+use common::{disk_dir, ok, p, pleio};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use serde_json::Value;
-
-fn pleio(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pleio"))
-        .args(args)
-        .output()
-        .expect("run pleio")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = pleio(args);
-    assert!(
-        out.status.success(),
-        "pleio {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
-/// A directory on the build's disk (eviction does nothing on tmpfs).
-fn disk_dir() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
-}
 
 fn scan(f: &Path) -> Value {
     serde_json::from_str(&ok(&["residency", "--json", p(f)])).unwrap()
