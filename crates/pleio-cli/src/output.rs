@@ -37,6 +37,19 @@ pub fn byte_progress(total: u64, what: &str) -> ProgressBar {
     bar
 }
 
+/// A step-count progress bar on stderr (`what` is the initial message;
+/// callers update it as phases change).
+pub fn step_progress(total: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>24} [{bar:30}] {pos}/{len}, eta {eta}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
 /// An output file written under a temporary name and renamed into place by
 /// [`AtomicOutput::commit`]; dropped uncommitted (an error, a panic), the
 /// temporary file is removed, so a failed command leaves no partial output.

@@ -4,12 +4,11 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use pleio::bench::{Arm, Bench, BenchConfig, ColdMode, Machine, Progress, Report, TableInfo};
 use pleio::fetch::Strategy;
 use serde_json::{json, Value};
 
-use crate::output::{human_bytes, write_atomic};
+use crate::output::{human_bytes, step_progress, write_atomic};
 use crate::report::{self, CappedRun};
 
 /// Measure gather latency of every strategy, cold and warm, against the
@@ -85,12 +84,7 @@ pub fn run(a: Args) -> Result<()> {
         seed: a.seed,
         limit: !a.no_limit,
     };
-    let bar = ProgressBar::new(1);
-    bar.set_style(
-        ProgressStyle::with_template("{msg:>16} [{bar:30}] {pos}/{len} gathers, eta {eta}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
+    let bar = step_progress(1, "bench");
     let report = bench.run(&cfg, &mut |p: Progress<'_>| {
         bar.set_length(p.total);
         bar.set_position(p.done);

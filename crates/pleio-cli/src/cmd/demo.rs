@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use pleio::bench::{Arm, Bench, BenchConfig, ColdMode, Report};
 use pleio::fetch::Strategy;
 use pleio::model::Model;
@@ -23,7 +22,7 @@ use pleio::tokenizer::QwenTokenizer;
 use serde_json::{json, Value as Json};
 
 use super::rows::corpus_tokens;
-use crate::output::{byte_progress, human_bytes, write_atomic, AtomicOutput};
+use crate::output::{byte_progress, human_bytes, step_progress, write_atomic, AtomicOutput};
 use crate::plot;
 
 /// Show what gathering PLE rows costs on this machine, strategy by
@@ -146,17 +145,6 @@ fn ensure_table(path: &Path, rows: u64) -> Result<()> {
     out.commit()
 }
 
-fn bar(total: u64, what: &str) -> ProgressBar {
-    let b = ProgressBar::new(total);
-    b.set_style(
-        ProgressStyle::with_template("{msg:28} [{bar:30}] {pos}/{len} {elapsed}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
-    b.set_message(what.to_string());
-    b
-}
-
 /// One strategy's replays.
 struct Replays {
     strategy: Strategy,
@@ -186,7 +174,7 @@ pub fn run(a: Args) -> Result<()> {
             seed: 1,
             limit: true,
         };
-        let pb = bar(0, "cold gathers");
+        let pb = step_progress(0, "cold gathers");
         let r = bench.run(&cfg, &mut |p| {
             pb.set_length(p.total);
             pb.set_position(p.done);
@@ -201,7 +189,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut tokens = corpus_tokens(tok, false)?;
     tokens.truncate(a.tokens + a.decode);
     let mut replays = Vec::new();
-    let pb = bar(
+    let pb = step_progress(
         2 * report_strategies(&report).len() as u64,
         "corpus replays",
     );
