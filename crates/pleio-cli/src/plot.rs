@@ -203,17 +203,7 @@ pub fn latency_chart<S: AsRef<str>>(
             .label_style((FONT, 15))
             .draw()
             .map_err(draw_err)?;
-        for (i, (name, pts)) in lines.iter().enumerate() {
-            let c = color(i);
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
-                .map_err(draw_err)?
-                .label(*name)
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 24, y)], c.stroke_width(2)));
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
-                .map_err(draw_err)?;
-        }
+        draw_lines(&mut chart, &lines, Some(4))?;
         if let Some(l) = &limit {
             chart
                 .draw_series(DashedLineSeries::new(
@@ -231,6 +221,33 @@ pub fn latency_chart<S: AsRef<str>>(
         }
         legend(&mut chart, SeriesLabelPosition::UpperLeft)
     })
+}
+
+/// Draws one labelled line per series, in the series' colour, with point
+/// markers of `marker` radius when given.
+fn draw_lines<'a, 'b: 'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, Y>>,
+    lines: &[(&str, Vec<(f64, f64)>)],
+    marker: Option<i32>,
+) -> Result<()>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    for (i, (name, pts)) in lines.iter().enumerate() {
+        let c = color(i);
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
+            .map_err(draw_err)?
+            .label(*name)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 24, y)], c.stroke_width(2)));
+        if let Some(r) = marker {
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, r, c.filled())))
+                .map_err(draw_err)?;
+        }
+    }
+    Ok(())
 }
 
 /// Draws the legend box of `chart`.
@@ -298,19 +315,7 @@ pub fn ubatch_chart<S: AsRef<str>>(
             .label_style((FONT, 15))
             .draw()
             .map_err(draw_err)?;
-        for (i, (name, pts)) in lines.iter().enumerate() {
-            let c = color(i);
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
-                .map_err(draw_err)?
-                .label(*name)
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 24, y)], c.stroke_width(2)));
-            if n <= MARKED_UBATCHES {
-                chart
-                    .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
-                    .map_err(draw_err)?;
-            }
-        }
+        draw_lines(&mut chart, &lines, (n <= MARKED_UBATCHES).then_some(3))?;
         legend(&mut chart, SeriesLabelPosition::UpperRight)
     })
 }

@@ -15,7 +15,6 @@ use std::process::{Command, ExitStatus, Output, Stdio};
 use anyhow::{bail, Context, Result};
 use pleio::bench::{Machine, TableInfo};
 use pleio::cgroup::{CgroupVersion, MemCap, MemUsage};
-use pleio::table::Table;
 use serde_json::{json, Value as Json};
 
 use crate::output::human_bytes;
@@ -23,19 +22,6 @@ use crate::plot;
 
 /// The schema tag every report carries.
 pub const SCHEMA: &str = "pleio-report/1";
-
-/// Geometry of a table, as [`TableInfo`] (which `bench` reports) has it.
-pub fn table_info(t: &Table) -> TableInfo {
-    TableInfo {
-        name: t.name.clone(),
-        ty: t.ty.to_string(),
-        rows: t.n_rows,
-        row_bytes: t.row_bytes,
-        row_elems: t.row_elems,
-        bytes: t.bytes(),
-        offset: t.offset,
-    }
-}
 
 /// `{"schema", "command", "machine", "file", "table"}`: the part every
 /// report shares.

@@ -293,6 +293,21 @@ pub struct TableInfo {
     pub offset: u64,
 }
 
+impl TableInfo {
+    /// The geometry of `t`.
+    pub fn of(t: &Table) -> TableInfo {
+        TableInfo {
+            name: t.name.clone(),
+            ty: t.ty.to_string(),
+            rows: t.n_rows,
+            row_bytes: t.row_bytes,
+            row_elems: t.row_elems,
+            bytes: t.bytes(),
+            offset: t.offset,
+        }
+    }
+}
+
 /// One measured arm: one strategy (or `limit`) at one batch size, cold or warm.
 #[derive(Debug, Clone, Default)]
 pub struct Arm {
@@ -541,16 +556,7 @@ impl Bench {
 
     /// The table's geometry.
     pub fn table_info(&self) -> TableInfo {
-        let t = self.reader.table();
-        TableInfo {
-            name: t.name.clone(),
-            ty: t.ty.to_string(),
-            rows: t.n_rows,
-            row_bytes: t.row_bytes,
-            row_elems: t.row_elems,
-            bytes: t.bytes(),
-            offset: t.offset,
-        }
+        TableInfo::of(self.reader.table())
     }
 
     /// Distinct pages (absolute page indices, sorted) the rows touch.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use pleio::bench::Machine;
+use pleio::bench::{Machine, TableInfo};
 use pleio::fetch::Strategy;
 use pleio::model::Model;
 use pleio::replay::{
@@ -148,12 +148,7 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
         None => {
             let model = Model::open(&a.file)?;
             let t = Table::from_model(&model, None)?;
-            let mut j = report::envelope(
-                "replay",
-                &Machine::detect(),
-                &a.file,
-                &report::table_info(&t),
-            );
+            let mut j = report::envelope("replay", &Machine::detect(), &a.file, &TableInfo::of(&t));
             j["replays"] = json!([]);
             j
         }
@@ -250,12 +245,7 @@ fn to_json(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) -> Json {
     let t = r.reader().table();
     let mut decode = phase_json(&rep.decode);
     decode["drawn_tokens"] = json!(rep.drawn);
-    let mut j = report::envelope(
-        "replay",
-        &Machine::detect(),
-        &a.file,
-        &report::table_info(t),
-    );
+    let mut j = report::envelope("replay", &Machine::detect(), &a.file, &TableInfo::of(t));
     j["replays"] = json!([{
         "architecture": r.mapper().architecture(),
         "strategy": rep.strategy.name(),

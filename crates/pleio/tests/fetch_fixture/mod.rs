@@ -89,14 +89,4 @@ pub fn bits(v: &[f32]) -> Vec<u32> {
 }
 
 /// A small deterministic generator (no dependency on test order).
-pub struct Lcg(pub u64);
-
-impl Lcg {
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
+pub use pleio::bench::Lcg;
