@@ -29,6 +29,6 @@ export RUSTDOCFLAGS="-Zsanitizer=address"
 # Leak checking stays on; report every error, not only the first.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1}"
 # --target keeps the sanitizer flags off build scripts and proc macros.
-cargo +nightly test --target "$host" -p pleio --lib -- plan:: map:: sys::
+cargo +nightly test --target "$host" -p pleio --lib -- page_plan:: map:: sys::
 cargo +nightly test --target "$host" -p pleio --test advise --test strategies
 echo "asan.sh: AddressSanitizer run PASSED"

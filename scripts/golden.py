@@ -24,7 +24,7 @@ Modes:
                                       os.urandom, printed), for the Rust test
                                       `crosscheck_live` (PLEIO_XCHECK_DIR=DIR)
 
-The random block rule (kept identical to crates/pleio/src/quant/random.rs):
+The random block rule (kept identical to crates/pleio-lab/src/random.rs):
 
 1. The bytes are consecutive SplitMix64 outputs, little-endian; a tail shorter
    than 8 bytes takes the low bytes of one more output.

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output, Stdio};
 
 use anyhow::{bail, Context, Result};
-use pleio::bench::{Machine, TableInfo};
-use pleio::cgroup::{CgroupVersion, MemCap, MemUsage};
+use pleio_lab::bench::{Machine, TableInfo};
+use pleio_lab::cgroup::{CgroupVersion, MemCap, MemUsage};
 use serde_json::{json, Value as Json};
 
 use crate::output::human_bytes;

@@ -6,8 +6,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-pub mod bench;
-pub mod cgroup;
 pub mod fetch;
 pub mod gguf;
 pub mod io;
@@ -15,11 +13,9 @@ pub mod lookahead;
 pub mod map;
 pub mod model;
 pub mod ngram;
-pub mod plan;
+pub mod page_plan;
 pub mod quant;
-pub mod replay;
-pub mod residency;
-pub mod synth;
 pub mod sys;
 pub mod table;
+#[cfg(feature = "tokenizer")]
 pub mod tokenizer;

@@ -232,19 +232,136 @@ impl fmt::Debug for QwenNgramParams {
     }
 }
 
-/// Released qwen4exp (Qwen3.8-Flash-Next) constants. The scalar facts live
-/// in [`crate::synth`] (which writes them into files); the head sizes are
-/// spelled out here as an independent check of synth's prime rule.
-mod released {
-    pub use crate::synth::{
-        QWEN_EOS as EOS, QWEN_FULL_ROWS as N_ROWS, QWEN_HEADS_PER_NGRAM as HEADS_PER_NGRAM,
-        QWEN_IMAGE as IMAGE, QWEN_MULTIPLIERS as MULTIPLIERS, QWEN_NGRAM_SIZE as NGRAM_SIZE,
-    };
-    pub const SIZES: [u64; 16] = [
+/// Released qwen4exp (Qwen3.8-Flash-Next) constants and the rule that
+/// derives a head layout for any table size (16 consecutive primes).
+pub mod released {
+    /// Released qwen4exp n-gram layer multipliers (`qwen4exp.ple.layer_multipliers`).
+    pub const QWEN_MULTIPLIERS: [u64; 3] = [23703573157769, 20109073645365, 8052911324071];
+    /// Rows of the released qwen4exp PLE table (`ne[1]`).
+    pub const QWEN_FULL_ROWS: u64 = 320_001_536;
+    /// Elements per qwen4exp PLE row.
+    pub const QWEN_ROW_ELEMS: u64 = 160;
+    /// qwen4exp n-gram order (`ple.ngram_size`).
+    pub const QWEN_NGRAM_SIZE: u32 = 3;
+    /// qwen4exp heads per n-gram order (`ple.heads_per_ngram`).
+    pub const QWEN_HEADS_PER_NGRAM: u32 = 8;
+    /// qwen4exp n-gram reset token.
+    pub const QWEN_EOS: u32 = 248044;
+    /// qwen4exp image token.
+    pub const QWEN_IMAGE: u32 = 248056;
+    /// Heads of the released qwen4exp table: (ngram_size - 1) * heads_per_ngram.
+    pub const QWEN_HEADS: usize = ((QWEN_NGRAM_SIZE - 1) * QWEN_HEADS_PER_NGRAM) as usize;
+    /// Gemma 4 vocabulary (rows of its PLE table).
+    pub const GEMMA_VOCAB: u64 = 262_144;
+    /// Gemma 4 per-layer slice width.
+    pub const GEMMA_PER_LAYER: u64 = 256;
+
+    /// The per-head row ranges of a qwen4exp table.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct QwenHeads {
+        /// Head sizes: consecutive primes.
+        pub sizes: Vec<u64>,
+        /// Prefix sums of the sizes.
+        pub offsets: Vec<u64>,
+    }
+
+    impl QwenHeads {
+        /// The head layout for a table of `rows` rows: the 16 consecutive primes
+        /// with the largest start whose sum fits in `rows` (the released rule: at
+        /// [`QWEN_FULL_ROWS`] this gives the released primes from 20000003 up).
+        /// `None` if even the 16 smallest primes do not fit.
+        pub fn for_rows(rows: u64) -> Option<QwenHeads> {
+            let sum_from = |start: u64| -> u64 { primes_from(start).take(QWEN_HEADS).sum() };
+            if sum_from(2) > rows {
+                return None;
+            }
+            // Largest start with sum_from(start) <= rows; the sum grows with start.
+            let (mut lo, mut hi) = (2u64, rows / QWEN_HEADS as u64 + 1);
+            while lo + 1 < hi {
+                let mid = lo + (hi - lo) / 2;
+                if sum_from(mid) <= rows {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            let sizes: Vec<u64> = primes_from(lo).take(QWEN_HEADS).collect();
+            let offsets = sizes
+                .iter()
+                .scan(0u64, |acc, &s| {
+                    let o = *acc;
+                    *acc += s;
+                    Some(o)
+                })
+                .collect();
+            Some(QwenHeads { sizes, offsets })
+        }
+
+        /// The fewest rows any layout fits in: the sum of the 16 smallest primes.
+        pub fn min_rows() -> u64 {
+            primes_from(2).take(QWEN_HEADS).sum()
+        }
+
+        /// Rows the heads address (the table may have padding rows after them).
+        pub fn addressed_rows(&self) -> u64 {
+            self.sizes.iter().sum()
+        }
+    }
+
+    fn is_prime(n: u64) -> bool {
+        if n < 4 {
+            return n >= 2;
+        }
+        if n % 2 == 0 {
+            return false;
+        }
+        let mut d = 3u64;
+        while d.saturating_mul(d) <= n {
+            if n % d == 0 {
+                return false;
+            }
+            d += 2;
+        }
+        true
+    }
+
+    fn primes_from(start: u64) -> impl Iterator<Item = u64> {
+        (start..).filter(|&n| is_prime(n))
+    }
+
+    /// The released head sizes (what [`QwenHeads::for_rows`] derives for
+    /// [`QWEN_FULL_ROWS`], spelled out as an independent check of the rule).
+    pub const QWEN_HEAD_SIZES: [u64; 16] = [
         20_000_003, 20_000_023, 20_000_033, 20_000_047, 20_000_059, 20_000_063, 20_000_069,
         20_000_077, 20_000_081, 20_000_093, 20_000_107, 20_000_147, 20_000_153, 20_000_159,
         20_000_161, 20_000_171,
     ];
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn full_size_heads_are_the_released_primes() {
+            let h = QwenHeads::for_rows(QWEN_FULL_ROWS).unwrap();
+            assert_eq!(h.sizes, QWEN_HEAD_SIZES);
+            assert_eq!(h.offsets[15], 300001275);
+            assert_eq!(h.addressed_rows(), 320001446);
+        }
+
+        #[test]
+        fn scaled_heads_fit_and_are_maximal() {
+            for rows in [381u64, 1000, 65_536, 16_777_216] {
+                let h = QwenHeads::for_rows(rows).unwrap();
+                assert!(h.addressed_rows() <= rows);
+                assert!(h.sizes.windows(2).all(|w| w[0] < w[1]));
+                // Starting one prime later would not fit.
+                let next: u64 = primes_from(h.sizes[0] + 1).take(QWEN_HEADS).sum();
+                assert!(next > rows, "rows {rows}");
+            }
+            assert_eq!(QwenHeads::for_rows(380), None);
+        }
+    }
 }
 
 impl QwenNgramParams {
@@ -326,7 +443,7 @@ impl QwenNgramParams {
     /// The constants of the released model (Qwen3.8-Flash-Next), against its
     /// table of 320001536 rows.
     pub fn released() -> Self {
-        let offsets = released::SIZES
+        let offsets = released::QWEN_HEAD_SIZES
             .iter()
             .scan(0u64, |acc, &s| {
                 let off = *acc;
@@ -335,14 +452,14 @@ impl QwenNgramParams {
             })
             .collect();
         Self::new(
-            released::NGRAM_SIZE,
-            released::HEADS_PER_NGRAM,
-            released::EOS,
-            Some(released::IMAGE),
-            released::MULTIPLIERS.to_vec(),
-            released::SIZES.to_vec(),
+            released::QWEN_NGRAM_SIZE,
+            released::QWEN_HEADS_PER_NGRAM,
+            released::QWEN_EOS,
+            Some(released::QWEN_IMAGE),
+            released::QWEN_MULTIPLIERS.to_vec(),
+            released::QWEN_HEAD_SIZES.to_vec(),
             offsets,
-            released::N_ROWS,
+            released::QWEN_FULL_ROWS,
         )
         .expect("released qwen4exp constants are valid")
     }
@@ -855,177 +972,6 @@ mod tests {
         assert_eq!(h.context(&p), vec![6, 5]);
         h.advance(&p, &[p.eos_token_id()]);
         assert_eq!(h.context(&p), vec![eos, eos]);
-    }
-
-    use crate::gguf::Array;
-    use crate::quant::GgmlType;
-    use crate::synth::{self, SynthSpec};
-
-    /// Metadata of `spec`, with `edit` applied to each (key, value) pair
-    /// (returning `None` drops the pair).
-    fn synth_md(spec: &SynthSpec, edit: impl Fn(&str, Value) -> Option<Value>) -> Metadata {
-        let mut md = Metadata::new();
-        for (k, v) in spec.metadata().unwrap() {
-            if let Some(v) = edit(&k, v) {
-                md.insert(k, v).unwrap();
-            }
-        }
-        md
-    }
-
-    fn qwen_spec(rows: u64) -> SynthSpec {
-        SynthSpec::qwen(GgmlType::IQ4_NL, rows, 1)
-    }
-
-    fn qwen_md_without(suffix: &str) -> Metadata {
-        let drop = format!("qwen4exp.{suffix}");
-        synth_md(&qwen_spec(100_000), |k, v| (k != drop).then_some(v))
-    }
-
-    fn qwen_md_with(suffix: &str, value: Value) -> Metadata {
-        let key = format!("qwen4exp.{suffix}");
-        synth_md(&qwen_spec(100_000), |k, v| {
-            Some(if k == key { value.clone() } else { v })
-        })
-    }
-
-    #[test]
-    fn synth_metadata_gives_the_intended_params() {
-        for rows in [synth::QWEN_FULL_ROWS, 100_000, 381] {
-            let md = synth_md(&qwen_spec(rows), |_, v| Some(v));
-            let heads = synth::QwenHeads::for_rows(rows).unwrap();
-            let want = QwenNgramParams::new(
-                3,
-                8,
-                synth::QWEN_EOS,
-                Some(synth::QWEN_IMAGE),
-                synth::QWEN_MULTIPLIERS.to_vec(),
-                heads.sizes,
-                heads.offsets,
-                rows,
-            )
-            .unwrap();
-            let got = ModelRows::from_metadata(&md, 160, rows).unwrap();
-            assert_eq!(got, ModelRows::Qwen(want.clone()), "rows {rows}");
-            assert_eq!(QwenNgramParams::from_metadata(&md, rows).unwrap(), want);
-            assert_eq!(got.architecture(), "qwen4exp");
-            assert_eq!(got.rows_per_token(), 16);
-        }
-        let md = synth_md(&qwen_spec(synth::QWEN_FULL_ROWS), |_, v| Some(v));
-        let full = QwenNgramParams::from_metadata(&md, synth::QWEN_FULL_ROWS).unwrap();
-        assert_eq!(full, QwenNgramParams::released());
-    }
-
-    #[test]
-    fn missing_keys_are_named() {
-        for suffix in [
-            keys::ROW_WIDTH,
-            keys::NGRAM_SIZE,
-            keys::HEADS_PER_NGRAM,
-            keys::EOS_TOKEN_ID,
-            keys::LAYER_MULTIPLIERS,
-            keys::HEAD_VOCAB_SIZES,
-            keys::HEAD_OFFSETS,
-        ] {
-            let err = ModelRows::from_metadata(&qwen_md_without(suffix), 160, 100_000).unwrap_err();
-            let key = format!("qwen4exp.{suffix}");
-            assert_eq!(err, NgramError::MissingKey { key: key.clone() });
-            assert!(err.to_string().contains(&key), "{err}");
-        }
-        // optional keys
-        let p = QwenNgramParams::from_metadata(&qwen_md_without(keys::IMAGE_TOKEN_ID), 100_000);
-        assert_eq!(p.unwrap().image_token_id(), None);
-        assert!(QwenNgramParams::from_metadata(&qwen_md_without(keys::LAYERS), 100_000).is_ok());
-    }
-
-    #[test]
-    fn wrong_key_types_are_named() {
-        let cases = [
-            (keys::NGRAM_SIZE, Value::F32(3.0), "f32 3"),
-            (keys::EOS_TOKEN_ID, Value::U64(1 << 32), "u64 4294967296"),
-            (keys::HEADS_PER_NGRAM, Value::I32(-8), "i32 -8"),
-            (keys::IMAGE_TOKEN_ID, Value::String("x".into()), "string"),
-            (
-                keys::HEAD_OFFSETS,
-                Value::Array(Array::I32(vec![0, -1])),
-                "[i32; 2]",
-            ),
-            (keys::LAYER_MULTIPLIERS, Value::U64(7), "u64 7"),
-            (
-                keys::LAYERS,
-                Value::Array(Array::F32(vec![1.0])),
-                "[f32; 1]",
-            ),
-        ];
-        for (suffix, value, found) in cases {
-            let err =
-                QwenNgramParams::from_metadata(&qwen_md_with(suffix, value), 100_000).unwrap_err();
-            let NgramError::WrongKeyType { key, found: f, .. } = &err else {
-                panic!("{suffix}: {err:?}");
-            };
-            assert_eq!(key, &format!("qwen4exp.{suffix}"));
-            assert!(f.starts_with(found), "{suffix}: {f}");
-            assert!(err.to_string().contains(key.as_str()), "{err}");
-        }
-        // any integer type in range is accepted
-        let md = qwen_md_with(keys::NGRAM_SIZE, Value::U8(3));
-        assert!(QwenNgramParams::from_metadata(&md, 100_000).is_ok());
-        let md = qwen_md_with(keys::LAYERS, Value::Array(Array::I32(vec![1, 2])));
-        assert!(matches!(
-            QwenNgramParams::from_metadata(&md, 100_000),
-            Err(NgramError::ArrayLength {
-                key: keys::LAYERS,
-                len: 2,
-                ..
-            })
-        ));
-    }
-
-    #[test]
-    fn row_width_and_architecture_are_checked() {
-        let md = synth_md(&qwen_spec(100_000), |_, v| Some(v));
-        let err = ModelRows::from_metadata(&md, 256, 100_000).unwrap_err();
-        assert!(
-            matches!(&err, NgramError::RowWidth { key, value: 160, row_elems: 256, .. }
-                if key == "qwen4exp.embedding_length_per_layer_input"),
-            "{err:?}"
-        );
-        // validation against the table's rows still applies
-        assert!(matches!(
-            ModelRows::from_metadata(&md, 160, 99_000),
-            Err(NgramError::HeadOutOfTable { .. })
-        ));
-
-        let gemma = SynthSpec::gemma(GgmlType::Q8_0, 1000, 2, 0);
-        let md = synth_md(&gemma, |_, v| Some(v));
-        let rows = ModelRows::from_metadata(&md, 512, 1000).unwrap();
-        assert_eq!(rows, ModelRows::Gemma(Gemma4Rows::new(1000)));
-        assert_eq!((rows.architecture(), rows.rows_per_token()), ("gemma4", 1));
-        assert!(rows.qwen().is_none());
-        let err = ModelRows::from_metadata(&md, 768, 1000).unwrap_err();
-        assert!(err.to_string().contains("gemma4.block_count = 2"), "{err}");
-        let no_count = synth_md(&gemma, |k, v| (k != "gemma4.block_count").then_some(v));
-        assert!(ModelRows::from_metadata(&no_count, 768, 1000).is_ok());
-        assert!(ModelRows::from_metadata(&no_count, 700, 1000).is_err());
-
-        let llama = synth_md(&gemma, |k, v| {
-            Some(if k == "general.architecture" {
-                Value::String("llama".into())
-            } else {
-                v
-            })
-        });
-        let err = ModelRows::from_metadata(&llama, 512, 1000).unwrap_err();
-        assert_eq!(
-            err,
-            NgramError::UnknownArchitecture {
-                arch: Some("llama".into())
-            }
-        );
-        assert!(err.to_string().contains("\"llama\""), "{err}");
-        let none = synth_md(&gemma, |k, v| (k != "general.architecture").then_some(v));
-        let err = ModelRows::from_metadata(&none, 512, 1000).unwrap_err();
-        assert_eq!(err, NgramError::UnknownArchitecture { arch: None });
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use fetch_fixture::{bits, Fixture, Lcg};
 use pleio::fetch::{GatherError, GatherStats, Strategy, TableReader};
 use pleio::map::Mapping;
-use pleio::plan::CHUNK_ROWS;
+use pleio::page_plan::CHUNK_ROWS;
 use pleio::sys::{self, Advisor, RecordingAdvisor};
 use pleio::table::TableError;
 

@@ -9,8 +9,8 @@
 use std::io::Cursor;
 
 use pleio::gguf::{Array, GgufError, GgufFile, GgufWriter, Value};
-use pleio::quant::random::BlockRng;
 use pleio::quant::GgmlType;
+use pleio_lab::random::BlockRng;
 
 // An encoder independent of the library's writer, able to emit anything.
 fn put_u32(out: &mut Vec<u8>, v: u32) {

@@ -9,8 +9,8 @@ use pleio::gguf::{
     SPLIT_NO_KEY, SPLIT_TENSORS_COUNT_KEY,
 };
 use pleio::model::Model;
-use pleio::quant::random::BlockRng;
 use pleio::quant::GgmlType;
+use pleio_lab::random::BlockRng;
 
 /// Metadata with every value type, extremes, empty strings and arrays,
 /// nested arrays.

@@ -17,8 +17,8 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use pleio::quant::random::{fill_random_blocks, BlockRng};
 use pleio::quant::{can_decode, GgmlType, RowDecoder};
+use pleio_lab::random::{fill_random_blocks, BlockRng};
 
 /// One manifest line.
 struct Entry {

@@ -12,9 +12,9 @@ use fetch_fixture::{bits, Fixture, Lcg};
 use pleio::fetch::{GatherError, Strategy};
 use pleio::lookahead::{Lookahead, LookaheadError};
 use pleio::ngram::RowMapper;
-use pleio::replay::{checksum, ProcSample, ReplayConfig, Replayer, CHECKSUM_INIT};
 use pleio::sys;
 use pleio::table::TableError;
+use pleio_lab::replay::{checksum, ProcSample, ReplayConfig, Replayer, CHECKSUM_INIT};
 
 fn random_rows(fx: &Fixture, n: usize, seed: u64) -> Vec<u64> {
     let mut rng = Lcg(seed);

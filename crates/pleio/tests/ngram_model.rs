@@ -4,10 +4,11 @@
 use std::fs::File;
 
 use pleio::model::Model;
+use pleio::ngram::released::{QwenHeads, QWEN_EOS, QWEN_FULL_ROWS, QWEN_IMAGE, QWEN_MULTIPLIERS};
 use pleio::ngram::{Gemma4Rows, ModelRows, QwenNgramParams, RowMapper};
 use pleio::quant::GgmlType;
-use pleio::synth::{QwenHeads, SynthSpec, QWEN_EOS, QWEN_FULL_ROWS, QWEN_IMAGE, QWEN_MULTIPLIERS};
 use pleio::table::Table;
+use pleio_lab::synth::SynthSpec;
 
 fn open_rows(spec: &SynthSpec) -> (ModelRows, Table) {
     let dir = tempfile::tempdir().unwrap();

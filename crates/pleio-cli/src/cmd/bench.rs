@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use pleio::bench::{Arm, Bench, BenchConfig, ColdMode, Machine, Progress, Report, TableInfo};
 use pleio::fetch::Strategy;
+use pleio_lab::bench::{Arm, Bench, BenchConfig, ColdMode, Machine, Progress, Report, TableInfo};
 use serde_json::{json, Value};
 
 use crate::output::{human_bytes, step_progress, write_atomic};
@@ -67,7 +67,7 @@ pub struct Args {
 }
 
 fn parse_cap(s: &str) -> Result<u64, String> {
-    pleio::cgroup::parse_size(s).ok_or_else(|| format!("{s:?} is not a size like 2G or 512M"))
+    pleio_lab::cgroup::parse_size(s).ok_or_else(|| format!("{s:?} is not a size like 2G or 512M"))
 }
 
 pub fn run(a: Args) -> Result<()> {

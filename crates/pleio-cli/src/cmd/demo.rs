@@ -11,14 +11,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use pleio::bench::{Arm, Bench, BenchConfig, ColdMode, Report};
 use pleio::fetch::Strategy;
 use pleio::model::Model;
+use pleio::ngram::released::QWEN_ROW_ELEMS;
 use pleio::quant::GgmlType;
-use pleio::replay::{ReplayConfig, ReplayReport, Replayer};
-use pleio::synth::{SynthSpec, QWEN_ROW_ELEMS};
 use pleio::table::Table;
 use pleio::tokenizer::QwenTokenizer;
+use pleio_lab::bench::{Arm, Bench, BenchConfig, ColdMode, Report};
+use pleio_lab::replay::{ReplayConfig, ReplayReport, Replayer};
+use pleio_lab::synth::SynthSpec;
 use serde_json::{json, Value as Json};
 
 use super::rows::corpus_tokens;

@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use pleio::bench::{Machine, TableInfo};
 use pleio::fetch::Strategy;
 use pleio::model::Model;
-use pleio::replay::{
+use pleio::table::Table;
+use pleio_lab::bench::{Machine, TableInfo};
+use pleio_lab::replay::{
     Eviction, Latency, PhaseReport, ReplayConfig, ReplayReport, Replayer, UbatchReport,
 };
-use pleio::table::Table;
 use serde_json::{json, Value as Json};
 
 use super::rows::Input;
@@ -76,7 +76,7 @@ pub struct Args {
 }
 
 fn parse_cap(s: &str) -> Result<u64, String> {
-    pleio::cgroup::parse_size(s).ok_or_else(|| format!("{s:?} is not a size like 2G or 512M"))
+    pleio_lab::cgroup::parse_size(s).ok_or_else(|| format!("{s:?} is not a size like 2G or 512M"))
 }
 
 pub fn run(a: Args) -> Result<()> {

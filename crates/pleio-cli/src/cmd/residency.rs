@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use pleio::model::Model;
-use pleio::residency::{scan_path, Residency, DEFAULT_BUCKETS};
 use pleio::table::Table;
+use pleio_lab::residency::{scan_path, Residency, DEFAULT_BUCKETS};
 use serde_json::{json, Value as Json};
 
 use crate::output::human_bytes;

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
+use pleio::ngram::released::{GEMMA_VOCAB, QWEN_FULL_ROWS};
 use pleio::quant::GgmlType;
-use pleio::synth::{Arch, SynthSpec, GEMMA_VOCAB, QWEN_FULL_ROWS};
+use pleio_lab::synth::{Arch, SynthSpec};
 
 use crate::output::{byte_progress, human_bytes, AtomicOutput};
 

@@ -30,7 +30,7 @@
 use std::time::{Duration, Instant};
 
 use super::direct::{with_scratch, Kind};
-use super::residency::Residency;
+use super::known_pages::Residency;
 use super::{GatherError, GatherStats, TableReader};
 
 /// Rows decoded between two clock reads on the warm path. A decode batch

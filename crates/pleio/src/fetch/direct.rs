@@ -13,7 +13,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use super::residency::Residency;
+use super::known_pages::Residency;
 use super::{GatherError, GatherStats, TableReader};
 use crate::io::{
     IoError, PoolBackend, PoolConfig, PreadBackend, ReadBackend, ReadPlan, RowReads, UringBackend,

@@ -14,7 +14,7 @@
 
 mod auto;
 mod direct;
-mod residency;
+mod known_pages;
 
 use std::cell::RefCell;
 use std::fmt;
@@ -25,7 +25,7 @@ use std::sync::{Arc, OnceLock};
 use crate::io::IoError;
 use crate::map::Mapping;
 use crate::model::Model;
-use crate::plan::{Bounds, Planner, RowSpan};
+use crate::page_plan::{Bounds, Planner, RowSpan};
 use crate::quant::{DecodeError, RowDecoder};
 use crate::sys::{self, AdviceOutcome, Advisor, MemRun};
 use crate::table::{Table, TableError};
@@ -253,7 +253,7 @@ struct Shared {
     table: Table,
     decoder: RowDecoder,
     backends: direct::Backends,
-    residency: OnceLock<residency::Residency>,
+    residency: OnceLock<known_pages::Residency>,
 }
 
 /// Gathers rows of one table of an open model (or of one mapped file).

@@ -51,7 +51,7 @@ impl Metadata {
     }
 
     /// Appends a pair; hands the key back if it is already present.
-    pub(crate) fn insert(&mut self, key: String, value: Value) -> Result<(), String> {
+    pub fn insert(&mut self, key: String, value: Value) -> Result<(), String> {
         if self.index.contains_key(&key) {
             return Err(key);
         }

@@ -18,9 +18,9 @@
 //! maps the file.
 #![cfg(unix)]
 
-mod plan;
 mod pool;
 mod pread;
+mod spans;
 #[cfg(target_os = "linux")]
 mod uring;
 #[cfg(not(target_os = "linux"))]
@@ -31,9 +31,9 @@ use std::fs::File;
 use std::io;
 use std::path::PathBuf;
 
-pub use plan::{PlanError, ReadPlan, RowReads, Span};
 pub use pool::{PoolBackend, PoolConfig};
 pub use pread::PreadBackend;
+pub use spans::{PlanError, ReadPlan, RowReads, Span};
 pub use uring::{UringBackend, UringConfig};
 
 /// Errors from reading a plan.

@@ -38,7 +38,6 @@ mod fp4;
 mod iquant;
 mod kquant;
 mod legacy;
-pub mod random;
 mod simd;
 mod ternary;
 

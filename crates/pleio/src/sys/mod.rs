@@ -98,7 +98,7 @@ pub(crate) unsafe fn dont_need_shared(run: MemRun) -> bool {
 
 /// Pages of `run` (page-aligned) resident in the page cache (`mincore`),
 /// using `buf` as scratch; `None` where the OS cannot tell.
-pub(crate) fn resident_pages(run: MemRun, page: u64, buf: &mut Vec<u8>) -> Option<u64> {
+pub fn resident_pages(run: MemRun, page: u64, buf: &mut Vec<u8>) -> Option<u64> {
     adv::resident_pages(run, page, buf)
 }
 

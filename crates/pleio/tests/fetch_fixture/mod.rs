@@ -11,8 +11,8 @@ use std::sync::Arc;
 use pleio::fetch::TableReader;
 use pleio::model::Model;
 use pleio::quant::{GgmlType, RowDecoder};
-use pleio::synth::SynthSpec;
 use pleio::table::Table;
+use pleio_lab::synth::SynthSpec;
 
 /// A synthetic model on disk, opened.
 pub struct Fixture {
@@ -89,4 +89,4 @@ pub fn bits(v: &[f32]) -> Vec<u32> {
 }
 
 /// A small deterministic generator (no dependency on test order).
-pub use pleio::bench::Lcg;
+pub use pleio_lab::bench::Lcg;

@@ -21,12 +21,12 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::fetch::{GatherError, GatherStats, Strategy, TableReader};
-use crate::gguf::GgufError;
-use crate::io::{IoError, UringBackend, UringConfig};
-use crate::model::Model;
-use crate::sys;
-use crate::table::{Table, TableError};
+use pleio::fetch::{GatherError, GatherStats, Strategy, TableReader};
+use pleio::gguf::GgufError;
+use pleio::io::{IoError, UringBackend, UringConfig};
+use pleio::model::Model;
+use pleio::sys;
+use pleio::table::{Table, TableError};
 
 /// Errors of a benchmark run.
 #[derive(Debug, thiserror::Error)]
@@ -878,8 +878,8 @@ impl Bench {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::GgmlType;
     use crate::synth::SynthSpec;
+    use pleio::quant::GgmlType;
 
     fn bench() -> (tempfile::NamedTempFile, Bench) {
         let file = tempfile::NamedTempFile::new().unwrap();

@@ -12,8 +12,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use pleio::quant::random::{fill_random_blocks, BlockRng};
 use pleio::quant::{can_decode, GgmlType, RowDecoder};
+use pleio_lab::random::{fill_random_blocks, BlockRng};
 
 const ROWS: usize = 8192;
 

@@ -16,11 +16,11 @@ use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use crate::gguf::{parse_split_path, split_path, GgufError};
-use crate::map::Mapping;
-use crate::model::Model;
-use crate::sys::{self, MemRun};
-use crate::table::{Table, TableError};
+use pleio::gguf::{parse_split_path, split_path, GgufError};
+use pleio::map::Mapping;
+use pleio::model::Model;
+use pleio::sys::{self, MemRun};
+use pleio::table::{Table, TableError};
 
 /// Buckets of the heat strip unless told otherwise.
 pub const DEFAULT_BUCKETS: usize = 64;
@@ -309,7 +309,7 @@ pub fn scan_path(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sys;
+    use pleio::sys;
     use std::io::{Read, Seek, SeekFrom, Write};
 
     /// A file of `pages` pages of data.

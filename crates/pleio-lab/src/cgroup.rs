@@ -196,7 +196,7 @@ impl MemCap {
                 path: path.clone(),
                 source,
             })?;
-        crate::sys::join_cgroup_on_spawn(cmd, procs).map_err(|source| CgroupError::Io {
+        pleio::sys::join_cgroup_on_spawn(cmd, procs).map_err(|source| CgroupError::Io {
             action: "joining",
             path,
             source,
@@ -549,7 +549,7 @@ mod tests {
         f.as_file().sync_all().unwrap();
         let len = 3 * cap_bytes;
         // The file must start uncached, or its pages stay charged to us.
-        let cold = crate::sys::evict(f.as_file(), 0..len)
+        let cold = pleio::sys::evict(f.as_file(), 0..len)
             .ok()
             .and_then(|()| crate::residency::scan_file(f.as_file(), 0..len, 1).ok());
         if cold.is_none_or(|c| c.fraction() > 0.1) {

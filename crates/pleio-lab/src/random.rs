@@ -24,7 +24,7 @@
 //! Integer sub-scales, quants, sign bits and grid indices are left random:
 //! every value of them is valid.
 
-use super::{can_decode, DecodeError, GgmlType};
+use pleio::quant::{can_decode, DecodeError, GgmlType};
 
 /// SplitMix64: a tiny, fast, seedable generator (not cryptographic).
 #[derive(Debug, Clone)]
@@ -260,7 +260,7 @@ pub fn fill_random_blocks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::RowDecoder;
+    use pleio::quant::RowDecoder;
 
     fn decodable() -> impl Iterator<Item = GgmlType> {
         GgmlType::ALL.iter().copied().filter(|&t| can_decode(t))

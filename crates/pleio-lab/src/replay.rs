@@ -22,12 +22,12 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashSet;
 
 use crate::bench::{self, BenchError, Evictor};
-use crate::fetch::{GatherError, Strategy, TableReader};
-use crate::lookahead::{Lookahead, LookaheadCounters, LookaheadError};
-use crate::model::Model;
-use crate::ngram::{ModelRows, NgramError, RowMapper};
-use crate::sys;
-use crate::table::Table;
+use pleio::fetch::{GatherError, Strategy, TableReader};
+use pleio::lookahead::{Lookahead, LookaheadCounters, LookaheadError};
+use pleio::model::Model;
+use pleio::ngram::{ModelRows, NgramError, RowMapper};
+use pleio::sys;
+use pleio::table::Table;
 
 /// Errors from planning or running a replay.
 #[derive(Debug, thiserror::Error)]
@@ -661,7 +661,7 @@ mod tests {
 
     #[test]
     fn row_stats_count_pages_and_reuse() {
-        let t = Table::new("t", crate::quant::GgmlType::IQ4_NL, &[160, 1000], 0, 4000).unwrap();
+        let t = Table::new("t", pleio::quant::GgmlType::IQ4_NL, &[160, 1000], 0, 4000).unwrap();
         let mut seen = FxHashSet::default();
         // Row 0: bytes 4000..4090 straddle pages 0 and 1 (4096-byte pages).
         let rs = RowStats::of(&[0, 0, 2], &mut seen, &t, 4096);
