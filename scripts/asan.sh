@@ -30,5 +30,5 @@ export RUSTDOCFLAGS="-Zsanitizer=address"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1}"
 # --target keeps the sanitizer flags off build scripts and proc macros.
 cargo +nightly test --target "$host" -p pleio --lib -- page_plan:: map:: sys::
-cargo +nightly test --target "$host" -p pleio --test advise --test strategies
+cargo +nightly test --target "$host" -p pleio --test advise --test tester
 echo "asan.sh: AddressSanitizer run PASSED"

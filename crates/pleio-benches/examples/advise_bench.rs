@@ -14,10 +14,8 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::Instant;
 
-use pleio::fetch::{Strategy, TableReader};
-use pleio::model::Model;
+use pleio::fetch::{Strategy, Table};
 use pleio::sys::{self, AdviceMode, OsAdvisor};
-use pleio::table::Table;
 
 struct Lcg(u64);
 
@@ -46,7 +44,7 @@ fn summary(xs: &mut [f64]) -> (f64, f64) {
 }
 
 struct Bench {
-    reader: TableReader,
+    reader: Table,
     file: File,
     n_rows: u64,
     range: std::ops::Range<u64>,
@@ -93,7 +91,9 @@ impl Bench {
             let rows = self.rows(b, n, 0);
             self.evict();
             let t = Instant::now();
-            let st = reader.gather(c.strategy, &rows, &mut out).expect("gather");
+            let st = reader
+                .gather_with(c.strategy, &rows, &mut out)
+                .expect("gather");
             times.push(t.elapsed().as_secs_f64() * 1e6);
             faults += st.major_faults.unwrap_or(0);
             calls += st.advice_syscalls;
@@ -117,10 +117,14 @@ impl Bench {
         (0..batches)
             .map(|b| {
                 let rows = self.rows(b, n, 1);
-                reader.gather(c.strategy, &rows, &mut out).expect("gather");
+                reader
+                    .gather_with(c.strategy, &rows, &mut out)
+                    .expect("gather");
                 let t = Instant::now();
                 for _ in 0..reps {
-                    reader.gather(c.strategy, &rows, &mut out).expect("gather");
+                    reader
+                        .gather_with(c.strategy, &rows, &mut out)
+                        .expect("gather");
                     std::hint::black_box(&out);
                 }
                 t.elapsed().as_secs_f64() * 1e6 / f64::from(reps)
@@ -133,11 +137,9 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let path = args.next().unwrap_or_else(|| "/work/big.gguf".into());
     let batches: u64 = args.next().map_or(40, |s| s.parse().expect("batches"));
-    let model = Arc::new(Model::open(&path).expect("open"));
-    let table = Table::from_model(&model, None).expect("PLE table");
-    let range = table.offset..table.offset + table.bytes();
-    let n_rows = table.n_rows;
-    let reader = TableReader::new(model, table).expect("reader");
+    let reader = Table::open(&path).expect("PLE table");
+    let range = reader.layout().byte_range();
+    let n_rows = reader.rows();
     let bench = Bench {
         reader,
         file: File::open(&path).expect("open"),

@@ -55,7 +55,7 @@ fn fnv(bytes: &[u8]) -> String {
 #[test]
 fn corpus_replay_is_identical_across_strategies_and_lookahead() {
     let dir = tempfile::tempdir().unwrap();
-    let f = synth(dir.path(), "60k");
+    let f = synth(dir.path(), "60000");
     let shape = ["--ubatch", "256", "--decode", "12"];
     let mut args = vec![f.as_str(), "--corpus", "--prefill", "1000"];
     args.extend_from_slice(&shape);
@@ -135,7 +135,7 @@ fn corpus_replay_is_identical_across_strategies_and_lookahead() {
 #[test]
 fn replay_checksum_matches_rows_then_gather() {
     let dir = tempfile::tempdir().unwrap();
-    let f = synth(dir.path(), "20k");
+    let f = synth(dir.path(), "20000");
     // A stream with an EOS reset; 150 tokens: 130 prefill, 20 decode.
     let toks: Vec<String> = (0..150u32)
         .map(|i| if i == 60 { 248_044 } else { (i * 37) % 500 })
@@ -190,7 +190,7 @@ fn replay_checksum_matches_rows_then_gather() {
 #[test]
 fn bad_arguments_fail_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let f = synth(dir.path(), "5k");
+    let f = synth(dir.path(), "5000");
     let empty = dir.path().join("empty.txt");
     std::fs::write(&empty, "").unwrap();
     let e = fails(&["replay", &f, "--tokens", empty.to_str().unwrap()]);

@@ -21,12 +21,12 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pleio::fetch::{GatherError, GatherStats, Strategy, TableReader};
 use pleio::gguf::GgufError;
 use pleio::io::{IoError, UringBackend, UringConfig};
+use pleio::layout::{Layout, TableError};
 use pleio::model::Model;
 use pleio::sys;
-use pleio::table::{Table, TableError};
+use pleio::{Error, GatherStats, Strategy, Table};
 
 /// Errors of a benchmark run.
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +45,7 @@ pub enum BenchError {
         strategy: &'static str,
         /// What went wrong.
         #[source]
-        source: GatherError,
+        source: Error,
     },
     /// The `limit` arm's `O_DIRECT` reads failed.
     #[error("limit arm (O_DIRECT io_uring): {0}")]
@@ -163,55 +163,18 @@ pub struct Machine {
 impl Machine {
     /// Describes this machine (fields the OS does not tell stay empty).
     pub fn detect() -> Machine {
-        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-        let cpuinfo = read("/proc/cpuinfo");
-        let cpu = cpuinfo
-            .lines()
-            .find(|l| l.starts_with("model name"))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, v)| v.trim().to_string())
-            .unwrap_or_default();
-        let mem_bytes = read("/proc/meminfo")
-            .lines()
-            .find(|l| l.starts_with("MemTotal:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024);
+        let (cpu, mem_bytes, kernel) = sys::machine();
         Machine {
             cpu,
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
             mem_bytes,
-            kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
+            kernel,
             page_bytes: sys::page_size(),
         }
     }
 }
 
-/// Bytes this process has caused to be read from storage so far
-/// (`read_bytes` of `/proc/self/io`: every thread, io_uring workers
-/// included), if the OS tells.
-pub fn proc_read_bytes() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/io").ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("read_bytes:"))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-/// Peak resident set size of this process in bytes (`VmHWM`), if known.
-pub fn peak_rss() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-}
-
-/// Resets [`peak_rss`] to the current RSS (`/proc/self/clear_refs`, value
-/// 5); false where the OS refuses.
-pub fn reset_peak_rss() -> bool {
-    std::fs::write("/proc/self/clear_refs", "5").is_ok()
-}
+pub use pleio::sys::{peak_rss, process_read_bytes as proc_read_bytes, reset_peak_rss};
 
 /// Evicts a table's byte range from the page cache and proves it.
 #[derive(Debug)]
@@ -241,7 +204,7 @@ impl Evictor {
     /// sees at most the two partial edge pages (pages under readahead I/O
     /// cannot be dropped until it completes). Also tells `reader` to forget
     /// what `auto` believed resident.
-    pub fn evict(&self, reader: &TableReader) -> Result<(), BenchError> {
+    pub fn evict(&self, reader: &Table) -> Result<(), BenchError> {
         let m = reader
             .mapping()
             .ok_or_else(|| BenchError::Evict("the table's shard is not mapped".into()))?;
@@ -295,15 +258,15 @@ pub struct TableInfo {
 
 impl TableInfo {
     /// The geometry of `t`.
-    pub fn of(t: &Table) -> TableInfo {
+    pub fn of(t: &Layout) -> TableInfo {
         TableInfo {
-            name: t.name.clone(),
-            ty: t.ty.to_string(),
-            rows: t.n_rows,
-            row_bytes: t.row_bytes,
-            row_elems: t.row_elems,
+            name: t.name().to_string(),
+            ty: t.ty().to_string(),
+            rows: t.rows(),
+            row_bytes: t.row_bytes(),
+            row_elems: t.row_elems(),
             bytes: t.bytes(),
-            offset: t.offset,
+            offset: t.offset(),
         }
     }
 }
@@ -485,7 +448,7 @@ impl Acc {
 /// A table opened for benchmarking.
 pub struct Bench {
     path: PathBuf,
-    reader: TableReader,
+    reader: Table,
     evictor: Evictor,
     page: u64,
     limit: std::sync::OnceLock<Result<UringBackend, String>>,
@@ -531,12 +494,12 @@ impl Bench {
     /// Opens the PLE table (or `tensor`) of the GGUF at `path`.
     pub fn open(path: &Path, tensor: Option<&str>) -> Result<Bench, BenchError> {
         let model = Arc::new(Model::open(path)?);
-        let table = Table::from_model(&model, tensor)?;
-        let range = table.offset..table.offset + table.bytes();
-        let reader = TableReader::new(model, table).map_err(|source| BenchError::Gather {
-            strategy: "open",
-            source,
-        })?;
+        let reader =
+            Table::of_tensor_or_ple(model, tensor).map_err(|source| BenchError::Gather {
+                strategy: "open",
+                source,
+            })?;
+        let range = reader.layout().byte_range();
         let page = reader
             .mapping()
             .map_or_else(sys::page_size, |m| m.page_size());
@@ -550,23 +513,23 @@ impl Bench {
     }
 
     /// The reader measured.
-    pub fn reader(&self) -> &TableReader {
+    pub fn reader(&self) -> &Table {
         &self.reader
     }
 
     /// The table's geometry.
     pub fn table_info(&self) -> TableInfo {
-        TableInfo::of(self.reader.table())
+        TableInfo::of(self.reader.layout())
     }
 
     /// Distinct pages (absolute page indices, sorted) the rows touch.
     pub fn distinct_pages(&self, rows: &[u64]) -> Vec<u64> {
-        let t = self.reader.table();
+        let t = self.reader.layout();
         let mut pages: Vec<u64> = rows
             .iter()
             .flat_map(|&r| {
-                let s = t.offset + r * t.row_bytes;
-                s / self.page..=(s + t.row_bytes - 1) / self.page
+                let s = t.offset() + r * t.row_bytes();
+                s / self.page..=(s + t.row_bytes() - 1) / self.page
             })
             .collect();
         pages.sort_unstable();
@@ -575,13 +538,13 @@ impl Bench {
     }
 
     fn random_rows(&self, rng: &mut Lcg, n: usize) -> Vec<u64> {
-        let total = self.reader.table().n_rows;
+        let total = self.reader.layout().rows();
         (0..n).map(|_| rng.below(total)).collect()
     }
 
     /// `n` random rows whose pages `mincore` reports nonresident.
     fn nonresident_rows(&self, rng: &mut Lcg, n: usize) -> Result<Vec<u64>, BenchError> {
-        let t = self.reader.table();
+        let t = self.reader.layout();
         let m = self
             .reader
             .mapping()
@@ -591,9 +554,9 @@ impl Bench {
             if out.len() == n {
                 break;
             }
-            let r = rng.below(t.n_rows);
-            let s = t.offset + r * t.row_bytes;
-            if m.resident_pages(s..s + t.row_bytes) == Some(0) {
+            let r = rng.below(t.rows());
+            let s = t.offset() + r * t.row_bytes();
+            if m.resident_pages(s..s + t.row_bytes()) == Some(0) {
                 out.push(r);
             }
         }
@@ -621,7 +584,7 @@ impl Bench {
     /// Measures what `auto`'s residency options cost here (see
     /// [`ResidencyCosts`]), on `rows` random rows.
     pub fn residency_costs(&self, rows: usize) -> ResidencyCosts {
-        let t = self.reader.table();
+        let t = self.reader.layout();
         let mut rng = Lcg(0x5eed);
         let list = self.random_rows(&mut rng, rows.max(1));
         let n = 100_000;
@@ -634,12 +597,12 @@ impl Bench {
         if let Some(m) = self.reader.mapping() {
             let c = Instant::now();
             for &r in &list {
-                let s = t.offset + r * t.row_bytes;
-                std::hint::black_box(m.resident_pages(s..s + t.row_bytes));
+                let s = t.offset() + r * t.row_bytes();
+                std::hint::black_box(m.resident_pages(s..s + t.row_bytes()));
             }
             mincore_row_us = c.elapsed().as_secs_f64() * 1e6 / list.len() as f64;
             let c = Instant::now();
-            std::hint::black_box(m.resident_pages(t.offset..t.offset + t.bytes()));
+            std::hint::black_box(m.resident_pages(t.offset()..t.offset() + t.bytes()));
             mincore_table_ms = c.elapsed().as_secs_f64() * 1e3;
         }
         ResidencyCosts {
@@ -656,7 +619,7 @@ impl Bench {
         out: &mut [f32],
         acc: &mut Acc,
     ) -> Result<(), BenchError> {
-        let (r, sample) = measure(|| self.reader.gather(s, rows, out));
+        let (r, sample) = measure(|| self.reader.gather_with(s, rows, out));
         let stats = r.map_err(|source| BenchError::Gather {
             strategy: s.name(),
             source,
@@ -845,7 +808,7 @@ impl Bench {
         let reference_name;
         if cold && cfg.cold == ColdMode::Mincore {
             self.reader
-                .gather(Strategy::Fault, rows, reference)
+                .gather_with(Strategy::Fault, rows, reference)
                 .map_err(|source| BenchError::Gather {
                     strategy: "fault",
                     source,
@@ -897,7 +860,7 @@ mod tests {
         let rows = [1u64, 7, 3999];
         let mut want = vec![0f32; rows.len() * b.reader().row_elems()];
         b.reader()
-            .gather(Strategy::Fault, &rows, &mut want)
+            .gather_with(Strategy::Fault, &rows, &mut want)
             .unwrap();
         let mut reference = vec![0f32; want.len()];
         let first = (Strategy::Fault, 0, Strategy::Fault);
@@ -933,13 +896,13 @@ mod tests {
         let (mean, median, p99) = summary(&mut xs);
         assert_eq!((mean, median, p99), (50.5, 51.0, 99.0));
         let (_f, b) = bench();
-        let t = b.reader().table().clone();
+        let t = b.reader().layout().clone();
         // Duplicates count once; a straddling row counts both pages.
         let page = sys::page_size();
-        let straddler = (0..t.n_rows)
+        let straddler = (0..t.rows())
             .find(|r| {
-                let s = t.offset + r * t.row_bytes;
-                s / page != (s + t.row_bytes - 1) / page
+                let s = t.offset() + r * t.row_bytes();
+                s / page != (s + t.row_bytes() - 1) / page
             })
             .unwrap();
         assert_eq!(b.distinct_pages(&[straddler, straddler]).len(), 2);

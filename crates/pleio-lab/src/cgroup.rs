@@ -122,8 +122,8 @@ impl MemCap {
         if bytes < MIN_CAP {
             return Err(CgroupError::TooSmall { bytes });
         }
-        let read = |p: &str| fs::read_to_string(p).unwrap_or_default();
-        let loc = locate(&read("/proc/self/mountinfo"), &read("/proc/self/cgroup"))?;
+        let (mountinfo, cgroups) = pleio::sys::cgroup_texts();
+        let loc = locate(&mountinfo, &cgroups)?;
         if loc.version == CgroupVersion::V2 {
             enable_v2_memory(&loc)?;
         }
@@ -433,25 +433,6 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Parses a byte size: a number with an optional binary suffix `K`, `M`,
-/// `G` or `T` (also `KiB`, `MB`, ... : always powers of 1024), e.g. `2G`,
-/// `512MiB`, `4096`. For `--mem-cap` and table sizes.
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(digits);
-    let n: u64 = num.parse().ok()?;
-    let shift = match unit.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        "T" | "TB" | "TIB" => 40,
-        _ => return None,
-    };
-    n.checked_mul(1u64 << shift)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -502,14 +483,7 @@ mod tests {
     }
 
     #[test]
-    fn parses_sizes_and_keyed_files() {
-        assert_eq!(parse_size("2G"), Some(2 << 30));
-        assert_eq!(parse_size("512MiB"), Some(512 << 20));
-        assert_eq!(parse_size("64m"), Some(64 << 20));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("1.5G"), None);
-        assert_eq!(parse_size("G"), None);
-        assert_eq!(parse_size("99999999999T"), None);
+    fn parses_keyed_files() {
         let events = "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n";
         assert_eq!(keyed(events, "max"), Some(12));
         assert_eq!(keyed(events, "oom_kill"), Some(1));

@@ -12,3 +12,4 @@ pub mod random;
 pub mod replay;
 pub mod residency;
 pub mod synth;
+pub mod units;

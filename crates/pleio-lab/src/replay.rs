@@ -22,12 +22,12 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashSet;
 
 use crate::bench::{self, BenchError, Evictor};
-use pleio::fetch::{GatherError, Strategy, TableReader};
+use pleio::layout::Layout;
 use pleio::lookahead::{Lookahead, LookaheadCounters, LookaheadError};
 use pleio::model::Model;
 use pleio::ngram::{ModelRows, NgramError, RowMapper};
 use pleio::sys;
-use pleio::table::Table;
+use pleio::{Error, Strategy, Table};
 
 /// Errors from planning or running a replay.
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +52,7 @@ pub enum ReplayError {
     Ngram(#[from] NgramError),
     /// A gather failed.
     #[error(transparent)]
-    Gather(#[from] GatherError),
+    Gather(#[from] Error),
     /// The lookahead failed.
     #[error(transparent)]
     Lookahead(#[from] LookaheadError),
@@ -290,16 +290,16 @@ pub fn checksum(mut h: u64, data: &[f32]) -> u64 {
 #[derive(Debug)]
 pub struct Replayer {
     model: Arc<Model>,
-    reader: TableReader,
+    reader: Table,
     mapper: ModelRows,
 }
 
 impl Replayer {
     /// A replayer for `table` (normally the PLE table) of `model`; the
     /// file's metadata picks the row mapper.
-    pub fn new(model: Arc<Model>, table: Table) -> Result<Replayer, ReplayError> {
+    pub fn new(model: Arc<Model>, table: Layout) -> Result<Replayer, ReplayError> {
         let mapper = ModelRows::from_model(&model, &table)?;
-        let reader = TableReader::new(model.clone(), table)?;
+        let reader = Table::tensor_of(model.clone(), table.name())?;
         Ok(Replayer {
             model,
             reader,
@@ -313,7 +313,7 @@ impl Replayer {
     }
 
     /// The reader gathered from.
-    pub fn reader(&self) -> &TableReader {
+    pub fn reader(&self) -> &Table {
         &self.reader
     }
 
@@ -366,14 +366,14 @@ impl Replayer {
     /// the page cache, checks with `mincore` that they are gone, and makes
     /// the reader forget what `auto` believed resident ([`Evictor`]).
     pub fn evict(&self) -> Result<Eviction, ReplayError> {
-        let t = self.reader.table();
+        let t = self.reader.layout();
         let m = self.reader.mapping().ok_or(ReplayError::NotMapped)?;
         let shard = self
             .model
             .shards()
-            .get(t.shard)
+            .get(t.shard())
             .ok_or(ReplayError::NotMapped)?;
-        let range = t.offset..t.offset + t.bytes();
+        let range = t.offset()..t.offset() + t.bytes();
         let page = m.page_size();
         let pages = range.end.div_ceil(page) - range.start / page;
         let resident_before = m.resident_pages(range.clone());
@@ -416,7 +416,7 @@ impl Replayer {
             let gather = match pending.take() {
                 Some(p) => p.wait_into(dst)?.fetch_time,
                 None => {
-                    self.reader.gather(cfg.strategy, rows, dst)?;
+                    self.reader.gather_with(cfg.strategy, rows, dst)?;
                     t0.elapsed()
                 }
             };
@@ -448,7 +448,7 @@ impl Replayer {
         for rows in plan.decode_steps() {
             let dst = &mut out[..rows.len() * elems];
             let t0 = Instant::now();
-            self.reader.gather(cfg.strategy, rows, dst)?;
+            self.reader.gather_with(cfg.strategy, rows, dst)?;
             decode_times.push(t0.elapsed());
             sum = checksum(sum, dst);
         }
@@ -471,7 +471,12 @@ impl Replayer {
             ..PhaseReport::default()
         };
         for (index, (rows, step)) in ubs.iter().zip(&steps).enumerate() {
-            let rs = RowStats::of(rows, &mut seen, self.reader.table(), page);
+            let rs = RowStats::of(
+                rows,
+                &mut seen,
+                (self.reader.layout().offset(), self.reader.row_bytes()),
+                page,
+            );
             prefill.add(rows.len(), rs.reused, step.gather, step.exposed);
             ubatches.push(UbatchReport {
                 index,
@@ -500,7 +505,12 @@ impl Replayer {
         };
         let mut decode_seen = FxHashSet::default();
         for (rows, &t) in plan.decode_steps().zip(&decode_times) {
-            let rs = RowStats::of(rows, &mut seen, self.reader.table(), page);
+            let rs = RowStats::of(
+                rows,
+                &mut seen,
+                (self.reader.layout().offset(), self.reader.row_bytes()),
+                page,
+            );
             decode.add(rows.len(), rs.reused, t, t);
             decode_seen.extend(rows.iter().copied());
         }
@@ -548,14 +558,15 @@ struct RowStats {
 }
 
 impl RowStats {
-    fn of(rows: &[u64], seen: &mut FxHashSet<u64>, t: &Table, page: u64) -> RowStats {
+    fn of(rows: &[u64], seen: &mut FxHashSet<u64>, span: (u64, u64), page: u64) -> RowStats {
+        let (offset, row_bytes) = span;
         let mut d = rows.to_vec();
         d.sort_unstable();
         d.dedup();
         let mut pages: Vec<u64> = Vec::with_capacity(d.len() * 2);
         for &r in &d {
-            let start = t.offset + r * t.row_bytes;
-            let end = start + t.row_bytes.max(1) - 1;
+            let start = offset + r * row_bytes;
+            let end = start + row_bytes.max(1) - 1;
             pages.extend(start / page..=end / page);
         }
         pages.sort_unstable();
@@ -610,7 +621,7 @@ impl ProcSample {
     pub fn now() -> ProcSample {
         ProcSample {
             read_bytes: bench::proc_read_bytes(),
-            major_faults: proc_major_faults(),
+            major_faults: sys::process_major_faults(),
         }
     }
 
@@ -622,14 +633,6 @@ impl ProcSample {
             major_faults: d(self.major_faults, earlier.major_faults),
         }
     }
-}
-
-/// `majflt`, field 12 of `/proc/self/stat` (counted after the command
-/// name, which may hold spaces and parentheses).
-fn proc_major_faults() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let after = &text[text.rfind(')')? + 1..];
-    after.split_whitespace().nth(9)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -661,12 +664,12 @@ mod tests {
 
     #[test]
     fn row_stats_count_pages_and_reuse() {
-        let t = Table::new("t", pleio::quant::GgmlType::IQ4_NL, &[160, 1000], 0, 4000).unwrap();
+        let t = (4000, 90);
         let mut seen = FxHashSet::default();
         // Row 0: bytes 4000..4090 straddle pages 0 and 1 (4096-byte pages).
-        let rs = RowStats::of(&[0, 0, 2], &mut seen, &t, 4096);
+        let rs = RowStats::of(&[0, 0, 2], &mut seen, t, 4096);
         assert_eq!((rs.distinct, rs.pages, rs.reused), (2, 2, 0));
-        let rs = RowStats::of(&[2, 500], &mut seen, &t, 4096);
+        let rs = RowStats::of(&[2, 500], &mut seen, t, 4096);
         assert_eq!((rs.distinct, rs.pages, rs.reused), (2, 2, 1));
     }
 

@@ -17,10 +17,10 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use pleio::gguf::{parse_split_path, split_path, GgufError};
+use pleio::layout::{Layout, TableError};
 use pleio::map::Mapping;
 use pleio::model::Model;
 use pleio::sys::{self, MemRun};
-use pleio::table::{Table, TableError};
 
 /// Buckets of the heat strip unless told otherwise.
 pub const DEFAULT_BUCKETS: usize = 64;
@@ -243,27 +243,27 @@ fn in_file(path: &Path) -> impl Fn(ResidencyError) -> ResidencyError + '_ {
 /// opening the model read (see the module notes; [`scan_path`] does not).
 pub fn scan_table(
     model: &Model,
-    table: &Table,
+    table: &Layout,
     buckets: usize,
 ) -> Result<Residency, ResidencyError> {
     let path = shard_path(model, table)?;
     scan_file(&open(path)?, table_range(table), buckets).map_err(in_file(path))
 }
 
-fn shard_path<'m>(model: &'m Model, table: &Table) -> Result<&'m Path, ResidencyError> {
+fn shard_path<'m>(model: &'m Model, table: &Layout) -> Result<&'m Path, ResidencyError> {
     model
         .shards()
-        .get(table.shard)
+        .get(table.shard())
         .map(|s| s.path())
         .ok_or_else(|| ResidencyError::NoShard {
-            name: table.name.clone(),
-            shard: table.shard,
+            name: table.name().to_string(),
+            shard: table.shard(),
             shards: model.shards().len(),
         })
 }
 
-fn table_range(table: &Table) -> Range<u64> {
-    table.offset..table.offset.saturating_add(table.bytes())
+fn table_range(table: &Layout) -> Range<u64> {
+    table.offset()..table.offset().saturating_add(table.bytes())
 }
 
 /// A table's residency as it was before this call touched anything: takes
@@ -276,7 +276,7 @@ pub fn scan_path(
     path: &Path,
     tensor: Option<&str>,
     buckets: usize,
-) -> Result<(Model, Table, Residency), ResidencyError> {
+) -> Result<(Model, Layout, Residency), ResidencyError> {
     if buckets == 0 {
         return Err(ResidencyError::ZeroBuckets);
     }
@@ -294,7 +294,7 @@ pub fn scan_path(
         }
     }
     let model = Model::open(path)?;
-    let table = Table::from_model(&model, tensor)?;
+    let table = Layout::of_tensor_or_ple(&model, tensor)?;
     let shard = shard_path(&model, &table)?;
     let snap = match snaps.iter().find(|(p, _)| p == shard) {
         Some((_, s)) => s.clone(),

@@ -5,9 +5,9 @@
 
 use crate::random::{fill_random_blocks, BlockRng};
 use pleio::gguf::{Array, GgufError, GgufWriter, Sink, Value};
+use pleio::layout::PLE_TENSOR;
 use pleio::ngram::released::*;
 use pleio::quant::{can_decode, DecodeError, GgmlType};
-use pleio::table::PLE_TENSOR;
 
 /// Elements per row of a Gemma 4 PLE table with `n_layer` layers.
 pub fn gemma_row_elems(n_layer: u64) -> u64 {

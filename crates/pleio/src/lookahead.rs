@@ -25,7 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::fetch::{GatherError, GatherStats, Strategy, TableReader};
+use crate::error::Error;
+use crate::fetch::{GatherStats, Strategy, Table};
 
 /// Finished buffers kept for reuse by [`Prefetch::wait_into`].
 const POOL_BUFFERS: usize = 4;
@@ -37,7 +38,7 @@ pub enum LookaheadError {
     /// The background gather failed (e.g. a row id out of range); nothing
     /// was written to the caller's output.
     #[error(transparent)]
-    Gather(#[from] GatherError),
+    Gather(#[from] Error),
     /// The worker thread could not be started.
     #[error("cannot start the lookahead worker thread: {0}")]
     Spawn(#[source] std::io::Error),
@@ -105,7 +106,7 @@ impl Shared {
 }
 
 /// What the worker hands back for one batch.
-type Outcome = Result<Prefetched, GatherError>;
+type Outcome = Result<Prefetched, Error>;
 
 struct Job {
     rows: Vec<u64>,
@@ -121,7 +122,7 @@ struct Job {
 /// are still alive, then joins it.
 #[derive(Debug)]
 pub struct Lookahead {
-    reader: TableReader,
+    reader: Table,
     strategy: Strategy,
     shared: Arc<Shared>,
     tx: Option<Sender<Job>>,
@@ -130,7 +131,7 @@ pub struct Lookahead {
 
 impl Lookahead {
     /// Starts the worker for `reader`, gathering with `strategy`.
-    pub fn new(reader: TableReader, strategy: Strategy) -> Result<Lookahead, LookaheadError> {
+    pub fn new(reader: Table, strategy: Strategy) -> Result<Lookahead, LookaheadError> {
         let shared = Arc::new(Shared::default());
         let (tx, rx) = mpsc::channel::<Job>();
         let worker = {
@@ -151,7 +152,7 @@ impl Lookahead {
     }
 
     /// The reader gathered from.
-    pub fn reader(&self) -> &TableReader {
+    pub fn reader(&self) -> &Table {
         &self.reader
     }
 
@@ -190,12 +191,12 @@ impl Lookahead {
 
     /// Gathers `rows` now, on the caller's thread (for batches that were
     /// not prefetched).
-    pub fn gather(&self, rows: &[u64], out: &mut [f32]) -> Result<GatherStats, GatherError> {
+    pub fn gather(&self, rows: &[u64], out: &mut [f32]) -> Result<GatherStats, Error> {
         self.shared
             .counters
             .direct_gathers
             .fetch_add(1, Ordering::Relaxed);
-        self.reader.gather(self.strategy, rows, out)
+        self.reader.gather_with(self.strategy, rows, out)
     }
 
     /// Gives a buffer from [`Prefetched::data`] back for reuse.
@@ -229,7 +230,7 @@ impl Drop for Lookahead {
 
 /// The worker loop: one job at a time, until the lookahead is dropped and
 /// the queue is drained.
-fn worker(reader: &TableReader, strategy: Strategy, shared: &Shared, rx: &Receiver<Job>) {
+fn worker(reader: &Table, strategy: Strategy, shared: &Shared, rx: &Receiver<Job>) {
     let elems = reader.row_elems();
     while let Ok(job) = rx.recv() {
         if job.cancelled.load(Ordering::Acquire) {
@@ -240,7 +241,7 @@ fn worker(reader: &TableReader, strategy: Strategy, shared: &Shared, rx: &Receiv
         let mut data = shared.take_buffer();
         data.clear();
         data.resize(job.rows.len().saturating_mul(elems), 0.0);
-        let result = reader.gather(strategy, &job.rows, &mut data);
+        let result = reader.gather_with(strategy, &job.rows, &mut data);
         let c = &shared.counters;
         c.worker_gathers.fetch_add(1, Ordering::Relaxed);
         c.worker_rows

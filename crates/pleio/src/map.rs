@@ -14,7 +14,6 @@
 use std::fs::File;
 use std::io;
 use std::ops::Range;
-use std::os::fd::AsRawFd;
 use std::sync::RwLock;
 
 use crate::sys::{self, AdviceOutcome, Advisor, MemRun};
@@ -95,23 +94,9 @@ impl Mapping {
                 lazy: RwLock::new(Vec::new()),
             });
         }
-        // SAFETY: a fresh read-only shared mapping of a valid fd; the kernel
-        // picks the address, so no existing memory is affected.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        let ptr = sys::map_shared_read_only(file, len)?;
         Ok(Mapping {
-            ptr: ptr.cast(),
+            ptr,
             len,
             page,
             retained: std::iter::once(0..len as u64).collect(),
@@ -253,9 +238,7 @@ impl Mapping {
             // mapped and still owns; `&mut self` guarantees no slice of it
             // is borrowed. munmap rounds the length up to the page, which
             // past the file end is still our mapping's last page.
-            let rc = unsafe { libc::munmap(run.addr as *mut libc::c_void, run.len) };
-            if rc != 0 {
-                let source = io::Error::last_os_error();
+            if let Err(source) = unsafe { sys::unmap(run) } {
                 kept.push(f);
                 self.retained = kept;
                 return Err(MapError::Io {
@@ -437,9 +420,7 @@ impl Drop for Mapping {
             // SAFETY: unmapping a fragment this value mapped and still owns;
             // no slice borrowed from it can outlive `self`. Only retained
             // fragments are unmapped: the holes may hold others' mappings.
-            unsafe {
-                libc::munmap(run.addr as *mut libc::c_void, run.len);
-            }
+            let _ = unsafe { sys::unmap(run) };
         }
     }
 }

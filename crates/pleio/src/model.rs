@@ -265,6 +265,25 @@ impl Model {
         self.shards.get(i).map(Shard::mapping)
     }
 
+    /// Unmaps the bytes `first..last` of shard `shard` (rounded inward to
+    /// whole pages; see [`Mapping::unmap_fragment`]), as an engine that
+    /// copied eager tensors out does. Tables opened on this model afterwards
+    /// never touch the hole: their rows there are an error, and page advice
+    /// skips it. `None` if the shard does not exist.
+    pub fn unmap_fragment(
+        &mut self,
+        shard: usize,
+        first: u64,
+        last: u64,
+    ) -> Option<Result<Option<Range<u64>>, crate::map::MapError>> {
+        Some(
+            self.shards
+                .get_mut(shard)?
+                .mapping
+                .unmap_fragment(first, last),
+        )
+    }
+
     /// A tensor's bytes, straight from the mapping (no copy, no read until
     /// touched). `None` if `t` is not a tensor of this model.
     pub fn tensor_data(&self, t: &ModelTensor) -> Option<&[u8]> {

@@ -34,8 +34,8 @@
 use std::fmt;
 
 use crate::gguf::{Metadata, Value};
+use crate::layout::Layout;
 use crate::model::Model;
-use crate::table::Table;
 
 /// Largest supported `ple.ngram_size`.
 pub const MAX_NGRAM: usize = 8;
@@ -681,8 +681,8 @@ pub enum ModelRows {
 
 impl ModelRows {
     /// The mapper for `table` (normally the PLE table) of `model`.
-    pub fn from_model(model: &Model, table: &Table) -> Result<Self, NgramError> {
-        Self::from_metadata(model.metadata(), table.row_elems, table.n_rows)
+    pub fn from_model(model: &Model, table: &Layout) -> Result<Self, NgramError> {
+        Self::from_metadata(model.metadata(), table.row_elems(), table.rows())
     }
 
     /// The mapper for a table of `n_rows` rows of `row_elems` elements,

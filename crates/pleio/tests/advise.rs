@@ -9,15 +9,16 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use fetch_fixture::{bits, Fixture, Lcg};
-use pleio::fetch::{GatherError, GatherStats, Strategy, TableReader};
+use pleio::fetch::GatherError;
 use pleio::map::Mapping;
+use pleio::model::Model;
 use pleio::page_plan::CHUNK_ROWS;
 use pleio::sys::{self, Advisor, RecordingAdvisor};
-use pleio::table::TableError;
+use pleio::{ErrorKind, GatherStats, Strategy, Table};
 
 /// A reader whose advice goes to a fresh recorder (which then forwards to
 /// the real OS layer, or not at all).
-fn recorded(fx: &Fixture, forward: bool) -> (TableReader, Arc<RecordingAdvisor>) {
+fn recorded(fx: &Fixture, forward: bool) -> (Table, Arc<RecordingAdvisor>) {
     let inner = forward.then(sys::os_advisor);
     let rec = Arc::new(RecordingAdvisor::new(inner));
     let reader = fx
@@ -43,7 +44,7 @@ fn advised(rec: &RecordingAdvisor, m: &Mapping) -> Vec<Range<u64>> {
 fn assert_well_formed(rec: &RecordingAdvisor, fx: &Fixture, m: &Mapping) -> Vec<Range<u64>> {
     let page = m.page_size();
     let t = &fx.table;
-    let tensor = t.offset..t.offset + t.bytes();
+    let tensor = t.offset()..t.offset() + t.bytes();
     let runs = advised(rec, m);
     for r in &runs {
         assert!(r.start < r.end, "{r:?} empty");
@@ -67,9 +68,11 @@ fn assert_well_formed(rec: &RecordingAdvisor, fx: &Fixture, m: &Mapping) -> Vec<
     runs
 }
 
-fn gather(reader: &TableReader, rows: &[u64]) -> (Vec<f32>, GatherStats) {
+fn gather(reader: &Table, rows: &[u64]) -> (Vec<f32>, GatherStats) {
     let mut out = vec![0f32; rows.len() * reader.row_elems()];
-    let st = reader.gather(Strategy::Advise, rows, &mut out).unwrap();
+    let st = reader
+        .gather_with(Strategy::Advise, rows, &mut out)
+        .unwrap();
     (out, st)
 }
 
@@ -82,15 +85,13 @@ fn covers(runs: &[Range<u64>], bytes: Range<u64>) -> bool {
 fn out_of_bounds_and_negative_equivalent_ids_fail_before_any_advice() {
     let fx = Fixture::qwen(2000, 1);
     let (reader, rec) = recorded(&fx, false);
-    let n = fx.table.n_rows;
+    let n = fx.table.rows();
     for bad in [n, n + 1, u64::MAX, (-1i64) as u64, i64::MIN as u64] {
         let mut out = vec![0f32; 2 * reader.row_elems()];
         let e = reader
-            .gather(Strategy::Advise, &[5, bad], &mut out)
+            .gather_with(Strategy::Advise, &[5, bad], &mut out)
             .unwrap_err();
-        assert!(
-            matches!(e, GatherError::Table(TableError::RowOutOfRange { row, .. }) if row == bad)
-        );
+        assert_eq!((e.kind(), e.row()), (ErrorKind::RowOutOfRange, Some(bad)));
     }
     assert_eq!(rec.will_need_calls(), 0, "a bad batch advised something");
 }
@@ -102,15 +103,15 @@ fn last_row_ending_mid_page_at_eof() {
     let fx = Fixture::qwen(5008, 2);
     let page = sys::page_size();
     let t = &fx.table;
-    let end = t.offset + t.bytes();
+    let end = t.offset() + t.bytes();
     assert_eq!(end, fx.file_len(), "fixture: the table must end the file");
     assert_ne!(end % page, 0, "fixture: the file must end mid-page");
     let (reader, rec) = recorded(&fx, true);
-    let rows = [t.n_rows - 1];
+    let rows = [t.rows() - 1];
     let (out, st) = gather(&reader, &rows);
     assert_eq!(bits(&out), bits(&fx.reference(&rows)));
     let runs = assert_well_formed(&rec, &fx, reader.mapping().unwrap());
-    assert_eq!(runs, vec![(end - t.row_bytes) / page * page..end]);
+    assert_eq!(runs, vec![(end - t.row_bytes()) / page * page..end]);
     assert_eq!(st.advice_failures, 0);
 }
 
@@ -125,7 +126,7 @@ fn straddling_rows_get_both_pages() {
         let (out, st) = gather(&reader, &[row]);
         assert_eq!(bits(&out), bits(&fx.reference(&[row])));
         let runs = assert_well_formed(&rec, &fx, reader.mapping().unwrap());
-        let s = t.offset + row * t.row_bytes;
+        let s = t.offset() + row * t.row_bytes();
         assert_eq!(
             runs,
             vec![s / page * page..(s / page + 2) * page],
@@ -147,8 +148,8 @@ fn duplicates_and_overlapping_rows_merge_into_sorted_disjoint_runs() {
     assert_eq!(st.runs_advised, runs.len() as u64);
     let t = &fx.table;
     for &r in &rows {
-        let s = t.offset + r * t.row_bytes;
-        assert!(covers(&runs, s..s + t.row_bytes), "row {r}");
+        let s = t.offset() + r * t.row_bytes();
+        assert!(covers(&runs, s..s + t.row_bytes()), "row {r}");
     }
 }
 
@@ -157,7 +158,7 @@ fn one_advice_call_per_chunk_of_256_rows() {
     let fx = Fixture::qwen(50_000, 5);
     let (reader, rec) = recorded(&fx, false);
     let mut rng = Lcg(9);
-    let rows: Vec<u64> = (0..600).map(|_| rng.below(fx.table.n_rows)).collect();
+    let rows: Vec<u64> = (0..600).map(|_| rng.below(fx.table.rows())).collect();
     let (out, st) = gather(&reader, &rows);
     assert_eq!(bits(&out), bits(&fx.reference(&rows)));
     assert_eq!(
@@ -174,19 +175,23 @@ fn unmapped_fragment_is_never_advised_nor_read() {
     let fx = Fixture::qwen(20_000, 6);
     let page = sys::page_size();
     let t = fx.table.clone();
-    let mut m = Mapping::map(&File::open(fx.file.path()).unwrap()).unwrap();
+    let mut model = Model::open(fx.file.path()).unwrap();
     // Unmap whole pages in the middle of the table.
-    let mid = t.offset + t.bytes() / 2;
-    let hole = m.unmap_fragment(mid, mid + 5 * page).unwrap().unwrap();
-    let m = Arc::new(m);
+    let mid = t.offset() + t.bytes() / 2;
+    let hole = model
+        .unmap_fragment(t.shard(), mid, mid + 5 * page)
+        .unwrap()
+        .unwrap()
+        .unwrap();
     let rec = Arc::new(RecordingAdvisor::new(Some(sys::os_advisor())));
-    let reader = TableReader::from_mapping(m.clone(), t.clone())
+    let reader = Table::from_model(Arc::new(model))
         .unwrap()
         .with_advisor(rec.clone());
-    let row_of = |off: u64| (off - t.offset) / t.row_bytes;
+    let m = reader.mapping().unwrap();
+    let row_of = |off: u64| (off - t.offset()) / t.row_bytes();
     let inside = |r: u64| {
-        let s = t.offset + r * t.row_bytes;
-        s < hole.end && hole.start < s + t.row_bytes
+        let s = t.offset() + r * t.row_bytes();
+        s < hole.end && hole.start < s + t.row_bytes()
     };
     // Rows next to the hole (one straddles its start), but none in it.
     let first_in = row_of(hole.start);
@@ -200,13 +205,21 @@ fn unmapped_fragment_is_never_advised_nor_read() {
     let rows = [first_in.saturating_sub(1), first_in + 1];
     let mut out = vec![0f32; rows.len() * reader.row_elems()];
     let e = reader
-        .gather(Strategy::Advise, &rows, &mut out)
+        .gather_with(Strategy::Advise, &rows, &mut out)
         .unwrap_err();
-    assert!(matches!(e, GatherError::Unmapped { .. }), "{e}");
-    let e = reader.gather(Strategy::Fault, &rows, &mut out).unwrap_err();
-    assert!(matches!(e, GatherError::Unmapped { .. }), "{e}");
+    let unmapped = |e: &pleio::Error| {
+        matches!(
+            e.inner().downcast_ref::<GatherError>(),
+            Some(GatherError::Unmapped { .. })
+        )
+    };
+    assert!(unmapped(&e), "{e}");
+    let e = reader
+        .gather_with(Strategy::Fault, &rows, &mut out)
+        .unwrap_err();
+    assert!(unmapped(&e), "{e}");
     // Nothing advised ever touched the hole.
-    let runs = advised(&rec, &m);
+    let runs = advised(&rec, m);
     assert!(!runs.is_empty());
     for r in &runs {
         assert!(
@@ -227,7 +240,7 @@ fn injected_advice_failure_is_counted_and_the_gather_stays_exact() {
     let rec = Arc::new(RecordingAdvisor::failing());
     let reader = fx.reader().with_advisor(rec.clone());
     let mut rng = Lcg(3);
-    let rows: Vec<u64> = (0..300).map(|_| rng.below(fx.table.n_rows)).collect();
+    let rows: Vec<u64> = (0..300).map(|_| rng.below(fx.table.rows())).collect();
     let (out, st) = gather(&reader, &rows);
     assert_eq!(bits(&out), bits(&fx.reference(&rows)));
     assert!(st.runs_advised > 0);

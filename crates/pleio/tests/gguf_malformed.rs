@@ -399,6 +399,14 @@ fn bad_tensors() {
     );
     says(&e, &["tensor `w.bad`", "type id 4", "offset 49"]);
 
+    // A dimension above i64::MAX is rejected (as ggml does) even when a
+    // zero dimension makes the element count 0.
+    for dims in [vec![0, 1 << 63], vec![1 << 63, 0], vec![0, u64::MAX]] {
+        let e = parse_err(&raw(&[], &[Ti("w.wide", dims.clone(), F32, 0)], 32, 64));
+        assert!(matches!(e, GgufError::DimsOverflow { .. }), "{dims:?}: {e}");
+        says(&e, &["w.wide"]);
+    }
+
     let q4_0 = GgmlType::Q4_0.id();
     let e = parse_err(&raw(&[], &[Ti("w.row", vec![33, 2], q4_0, 0)], 32, 64));
     assert!(

@@ -9,16 +9,15 @@ mod fetch_fixture;
 use std::time::Duration;
 
 use fetch_fixture::{bits, Fixture, Lcg};
-use pleio::fetch::{GatherError, Strategy};
 use pleio::lookahead::{Lookahead, LookaheadError};
 use pleio::ngram::RowMapper;
 use pleio::sys;
-use pleio::table::TableError;
+use pleio::{ErrorKind, Strategy};
 use pleio_lab::replay::{checksum, ProcSample, ReplayConfig, Replayer, CHECKSUM_INIT};
 
 fn random_rows(fx: &Fixture, n: usize, seed: u64) -> Vec<u64> {
     let mut rng = Lcg(seed);
-    (0..n).map(|_| rng.below(fx.table.n_rows)).collect()
+    (0..n).map(|_| rng.below(fx.table.rows())).collect()
 }
 
 /// Bytes the calling thread caused to be read from storage.
@@ -126,17 +125,20 @@ fn dropped_handles_are_safe() {
 #[test]
 fn errors_surface_at_wait_and_the_worker_goes_on() {
     let fx = Fixture::qwen(1000, 4);
-    let n = fx.table.n_rows;
+    let n = fx.table.rows();
     for &s in Strategy::ALL {
         let la = Lookahead::new(fx.reader(), s).unwrap();
         let bad = la.prefetch(&[0, n, 1]);
         let good = la.prefetch(&[n - 1, 0]);
-        let mut out = vec![7.0f32; 3 * fx.table.row_elems as usize];
+        let mut out = vec![7.0f32; 3 * fx.table.row_elems() as usize];
         match bad.wait_into(&mut out) {
-            Err(LookaheadError::Gather(GatherError::Table(TableError::RowOutOfRange {
-                row,
-                ..
-            }))) => assert_eq!(row, n, "{s}"),
+            Err(LookaheadError::Gather(e)) => {
+                assert_eq!(
+                    (e.kind(), e.row()),
+                    (ErrorKind::RowOutOfRange, Some(n)),
+                    "{s}"
+                )
+            }
             other => panic!("{s}: {other:?}"),
         }
         assert!(out.iter().all(|&x| x == 7.0), "{s}: output written");

@@ -3,20 +3,20 @@
 
 use std::fs::File;
 
+use pleio::layout::Layout;
 use pleio::model::Model;
 use pleio::ngram::released::{QwenHeads, QWEN_EOS, QWEN_FULL_ROWS, QWEN_IMAGE, QWEN_MULTIPLIERS};
 use pleio::ngram::{Gemma4Rows, ModelRows, QwenNgramParams, RowMapper};
 use pleio::quant::GgmlType;
-use pleio::table::Table;
 use pleio_lab::synth::SynthSpec;
 
-fn open_rows(spec: &SynthSpec) -> (ModelRows, Table) {
+fn open_rows(spec: &SynthSpec) -> (ModelRows, Layout) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.gguf");
     spec.write(File::create(&path).unwrap(), &mut |_| {})
         .unwrap();
     let model = Model::open(&path).unwrap();
-    let table = Table::from_model(&model, None).unwrap();
+    let table = Layout::of_ple(&model).unwrap();
     (ModelRows::from_model(&model, &table).unwrap(), table)
 }
 
@@ -26,7 +26,7 @@ fn qwen_files_round_trip_their_hash_parameters() {
         let mut spec = SynthSpec::qwen(GgmlType::IQ4_NL, rows, 7);
         spec.sparse = true;
         let (got, table) = open_rows(&spec);
-        assert_eq!(table.n_rows, rows);
+        assert_eq!(table.rows(), rows);
         let heads = QwenHeads::for_rows(rows).unwrap();
         let want = QwenNgramParams::new(
             3,
@@ -54,7 +54,7 @@ fn qwen_files_round_trip_their_hash_parameters() {
 fn gemma_files_map_token_ids() {
     let spec = SynthSpec::gemma(GgmlType::Q8_0, 1000, 2, 3);
     let (got, table) = open_rows(&spec);
-    assert_eq!(table.row_elems, 512);
+    assert_eq!(table.row_elems(), 512);
     assert_eq!(got, ModelRows::Gemma(Gemma4Rows::new(1000)));
     let mut out = Vec::new();
     assert!(got.sequence().map_tokens(&[999, 1000], &mut out).is_err());

@@ -59,15 +59,11 @@ pub struct Args {
     /// Run each strategy in its own memory cgroup capped at this size (e.g.
     /// 2G; needs root and a memory controller), the table evicted first:
     /// reports whether each stays within the cap and what it measures there.
-    #[arg(long, value_name = "SIZE", value_parser = parse_cap)]
+    #[arg(long, value_name = "SIZE", value_parser = pleio_lab::units::parse_quantity_arg)]
     mem_cap: Option<u64>,
     /// Skip the `limit` arm (capped children other than fault's).
     #[arg(long, hide = true)]
     no_limit: bool,
-}
-
-fn parse_cap(s: &str) -> Result<u64, String> {
-    pleio_lab::cgroup::parse_size(s).ok_or_else(|| format!("{s:?} is not a size like 2G or 512M"))
 }
 
 pub fn run(a: Args) -> Result<()> {

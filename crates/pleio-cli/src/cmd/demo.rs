@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use pleio::fetch::Strategy;
+use pleio::layout::Layout;
 use pleio::model::Model;
 use pleio::ngram::released::QWEN_ROW_ELEMS;
 use pleio::quant::GgmlType;
-use pleio::table::Table;
 use pleio::tokenizer::QwenTokenizer;
 use pleio_lab::bench::{Arm, Bench, BenchConfig, ColdMode, Report};
 use pleio_lab::replay::{ReplayConfig, ReplayReport, Replayer};
@@ -36,9 +36,9 @@ use crate::plot;
 /// range from the page cache.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Table size (suffixes K, M, G as powers of 1024). Larger than the free
+    /// Table size (suffixes k, M, G, T are powers of 1024; 1.5G works). Larger than the free
     /// page cache shows the "table larger than RAM" case.
-    #[arg(long, default_value = "4G", value_parser = parse_size)]
+    #[arg(long, default_value = "4G", value_parser = pleio_lab::units::parse_quantity_arg)]
     size: u64,
     /// Where the table and charts live (default: $XDG_CACHE_HOME/pleio or
     /// ~/.cache/pleio).
@@ -67,24 +67,6 @@ pub struct Args {
     json: Option<PathBuf>,
 }
 
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&t[..i], 1u64 << 10),
-        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
-        Some((i, 'g' | 'G')) => (&t[..i], 1 << 30),
-        Some((i, 't' | 'T')) => (&t[..i], 1 << 40),
-        _ => (t, 1),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size like 4G or 512M"))?;
-    if !(n.is_finite() && n > 0.0) {
-        return Err(format!("{s:?} is not a positive size"));
-    }
-    Ok((n * mult as f64) as u64)
-}
-
 /// Rows of IQ4_NL that fill `size` bytes.
 fn rows_for(size: u64) -> u64 {
     let row_bytes = GgmlType::IQ4_NL
@@ -109,8 +91,8 @@ fn cache_dir(dir: Option<PathBuf>) -> Result<PathBuf> {
 /// Reuses the cached table if it has the expected geometry, else writes it.
 fn ensure_table(path: &Path, rows: u64) -> Result<()> {
     if let Ok(model) = Model::open(path) {
-        if let Ok(t) = Table::from_model(&model, None) {
-            if t.n_rows == rows && t.ty == GgmlType::IQ4_NL {
+        if let Ok(t) = Layout::of_ple(&model) {
+            if t.rows() == rows && t.ty() == GgmlType::IQ4_NL {
                 eprintln!("using cached table {}", path.display());
                 return Ok(());
             }
@@ -196,7 +178,7 @@ pub fn run(a: Args) -> Result<()> {
     );
     for st in report_strategies(&report) {
         let model = Arc::new(Model::open(&path)?);
-        let table = Table::from_model(&model, None)?;
+        let table = Layout::of_ple(&model)?;
         let replayer = Replayer::new(model, table)?;
         let run = |cold: bool| -> Result<ReplayReport> {
             pb.set_message(format!("{} {}", if cold { "cold" } else { "warm" }, st));

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::ValueEnum;
-use pleio::fetch::{GatherStats, Strategy, TableReader};
+use pleio::fetch::{GatherStats, Strategy, Table};
+use pleio::layout::Layout;
 use pleio::model::Model;
-use pleio::table::Table;
 use serde_json::json;
 
 use crate::output::write_atomic;
@@ -92,15 +92,13 @@ pub fn run(a: Args) -> Result<()> {
         None => a.rows.clone(),
     };
     let model = Arc::new(Model::open(&a.file)?);
-    let table = Table::from_model(&model, a.tensor.as_deref())
-        .with_context(|| a.file.display().to_string())?;
-    let reader = TableReader::new(model, table)?.with_detailed_stats(a.stats || a.json);
+    let reader = Table::of_tensor_or_ple(model, a.tensor.as_deref())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?
+        .with_detailed_stats(a.stats || a.json);
     let elems = reader.row_elems();
     let mut out = vec![0f32; rows.len() * elems];
     // Every id is checked before any output is created.
-    let stats = reader
-        .gather(a.strategy, &rows, &mut out)
-        .with_context(|| format!("{}: tensor {:?}", a.file.display(), reader.table().name))?;
+    let stats = reader.gather_with(a.strategy, &rows, &mut out)?;
     write_atomic(&a.output, a.force, |w| {
         if a.format == Format::Npy {
             write_npy_header(w, rows.len(), elems)?;
@@ -114,17 +112,17 @@ pub fn run(a: Args) -> Result<()> {
         Ok(())
     })?;
     if a.stats || a.json {
-        print_stats(&a, reader.table(), &stats);
+        print_stats(&a, reader.layout(), &stats);
     }
     Ok(())
 }
 
 /// Prints what the gather did: one JSON object with `--json`, else lines.
-fn print_stats(a: &Args, table: &Table, stats: &GatherStats) {
+fn print_stats(a: &Args, table: &Layout, stats: &GatherStats) {
     if a.json {
         let j = json!({
             "strategy": a.strategy.name(),
-            "tensor": table.name,
+            "tensor": table.name(),
             "rows": stats.rows,
             "bytes": stats.bytes,
             "distinct_pages": stats.pages,
@@ -149,7 +147,7 @@ fn print_stats(a: &Args, table: &Table, stats: &GatherStats) {
         "gathered {} rows ({} row bytes) of {} with strategy {} into {}",
         stats.rows,
         stats.bytes,
-        table.name,
+        table.name(),
         a.strategy,
         a.output.display()
     );

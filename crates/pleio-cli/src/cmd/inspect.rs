@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use pleio::gguf::{Array, Value};
+use pleio::layout::{Layout, PLE_TENSOR};
 use pleio::model::Model;
-use pleio::table::{Table, PLE_TENSOR};
 use serde_json::{json, Map, Value as Json};
 
 use crate::output::human_bytes;
@@ -18,7 +18,7 @@ use crate::output::human_bytes;
 pub struct Args {
     /// A GGUF file, or any shard of a split set.
     file: PathBuf,
-    /// Table to describe instead of `per_layer_token_embd.weight`.
+    /// Tensor to describe instead of `per_layer_token_embd.weight`.
     #[arg(long)]
     tensor: Option<String>,
     /// Print every metadata array in full (default: long arrays abridged).
@@ -80,7 +80,7 @@ pub fn report(model: &Model, tensor: Option<&str>, full: bool) -> Result<Json> {
             })
         })
         .collect();
-    let table = match Table::from_model(model, tensor) {
+    let table = match Layout::of_tensor_or_ple(model, tensor) {
         Ok(t) => Some(table_json(model, &t, page)),
         Err(e) if tensor.is_none() => {
             let _ = e; // no PLE table: not an error for inspect
@@ -97,11 +97,11 @@ pub fn report(model: &Model, tensor: Option<&str>, full: bool) -> Result<Json> {
     }))
 }
 
-fn table_json(model: &Model, t: &Table, page: u64) -> Json {
+fn table_json(model: &Model, t: &Layout, page: u64) -> Json {
     let g = t.page_geometry(page);
     let arch = model.architecture().unwrap_or("");
     let mut ngram = Json::Null;
-    if arch == "qwen4exp" && t.name == PLE_TENSOR {
+    if arch == "qwen4exp" && t.name() == PLE_TENSOR {
         let md = model.metadata();
         let get = |k: &str| md.get(&format!("qwen4exp.{k}"));
         let u = |k: &str| get(k).and_then(Value::as_u64);
@@ -113,7 +113,7 @@ fn table_json(model: &Model, t: &Table, page: u64) -> Json {
             (Some(s), Some(o)) if s.len() == o.len() => Some(
                 s.iter()
                     .zip(o)
-                    .all(|(&s, &o)| o.checked_add(s).is_some_and(|e| e <= t.n_rows)),
+                    .all(|(&s, &o)| o.checked_add(s).is_some_and(|e| e <= t.rows())),
             ),
             _ => None,
         };
@@ -128,18 +128,18 @@ fn table_json(model: &Model, t: &Table, page: u64) -> Json {
             "head_vocab_sizes": sizes,
             "head_offsets": offsets,
             "addressed_rows": addressed,
-            "padding_rows": addressed.map(|a| t.n_rows.saturating_sub(a)),
+            "padding_rows": addressed.map(|a| t.rows().saturating_sub(a)),
             "heads_inside_table": heads_fit,
         });
     }
     json!({
-        "name": t.name,
-        "type": t.ty.name(),
-        "rows": t.n_rows,
-        "row_elems": t.row_elems,
-        "row_bytes": t.row_bytes,
-        "shard": t.shard,
-        "offset": t.offset,
+        "name": t.name(),
+        "type": t.ty().name(),
+        "rows": t.rows(),
+        "row_elems": t.row_elems(),
+        "row_bytes": t.row_bytes(),
+        "shard": t.shard(),
+        "offset": t.offset(),
         "bytes": t.bytes(),
         "page_size": page,
         "rows_per_page": g.rows_per_page,

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use pleio::fetch::Strategy;
+use pleio::layout::Layout;
 use pleio::model::Model;
-use pleio::table::Table;
 use pleio_lab::bench::{Machine, TableInfo};
 use pleio_lab::replay::{
     Eviction, Latency, PhaseReport, ReplayConfig, ReplayReport, Replayer, UbatchReport,
@@ -71,12 +71,8 @@ pub struct Args {
     /// Run the replay in a memory cgroup capped at this size (e.g. 2G;
     /// needs root and a memory controller), the table evicted first:
     /// reports whether it stays within the cap and what it measures there.
-    #[arg(long, value_name = "SIZE", value_parser = parse_cap)]
+    #[arg(long, value_name = "SIZE", value_parser = pleio_lab::units::parse_quantity_arg)]
     mem_cap: Option<u64>,
-}
-
-fn parse_cap(s: &str) -> Result<u64, String> {
-    pleio_lab::cgroup::parse_size(s).ok_or_else(|| format!("{s:?} is not a size like 2G or 512M"))
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -88,7 +84,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     let name = a.file.display().to_string();
     let model = Arc::new(Model::open(&a.file)?);
-    let table = Table::from_model(&model, None).with_context(|| name.clone())?;
+    let table = Layout::of_ple(&model).with_context(|| name.clone())?;
     let replayer = Replayer::new(model, table).with_context(|| name.clone())?;
     let tokens = a.input.load(replayer.mapper())?;
     let cfg = ReplayConfig {
@@ -147,7 +143,7 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
         Some(r) => r.clone(),
         None => {
             let model = Model::open(&a.file)?;
-            let t = Table::from_model(&model, None)?;
+            let t = Layout::of_ple(&model)?;
             let mut j = report::envelope("replay", &Machine::detect(), &a.file, &TableInfo::of(&t));
             j["replays"] = json!([]);
             j
@@ -242,7 +238,7 @@ fn sum_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 }
 
 fn to_json(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) -> Json {
-    let t = r.reader().table();
+    let t = r.reader().layout();
     let mut decode = phase_json(&rep.decode);
     decode["drawn_tokens"] = json!(rep.drawn);
     let mut j = report::envelope("replay", &Machine::detect(), &a.file, &TableInfo::of(t));
@@ -311,14 +307,14 @@ fn mean(xs: impl Iterator<Item = f64>) -> f64 {
 }
 
 fn print_text(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) {
-    let t = r.reader().table();
+    let t = r.reader().layout();
     println!(
         "{}: {} {}, {} rows of {} B ({}); {} rows per token ({})",
         a.file.display(),
-        t.name,
-        t.ty,
-        t.n_rows,
-        t.row_bytes,
+        t.name(),
+        t.ty(),
+        t.rows(),
+        t.row_bytes(),
         human_bytes(t.bytes()),
         r.mapper().rows_per_token(),
         r.mapper().architecture()

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use pleio::layout::Layout;
 use pleio::model::Model;
-use pleio::table::Table;
 use pleio_lab::residency::{scan_path, Residency, DEFAULT_BUCKETS};
 use serde_json::{json, Value as Json};
 
@@ -20,7 +20,7 @@ use crate::plot;
 pub struct Args {
     /// A GGUF file, or any shard of a split set.
     file: PathBuf,
-    /// Table to scan instead of `per_layer_token_embd.weight`.
+    /// Tensor to scan instead of `per_layer_token_embd.weight`.
     #[arg(long)]
     tensor: Option<String>,
     /// Cells of the heat strip (each a slice of the table's pages).
@@ -45,7 +45,7 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(out) = &a.plot {
         let title = format!(
             "page-cache residency of {}: {} ({} of {})",
-            table.name,
+            table.name(),
             percent(r.fraction()),
             human_bytes(r.resident_bytes),
             human_bytes(r.total_bytes)
@@ -95,14 +95,14 @@ pub fn strip(buckets: &[f32]) -> String {
         .collect()
 }
 
-fn report(model: &Model, table: &Table, r: &Residency) -> Json {
+fn report(model: &Model, table: &Layout, r: &Residency) -> Json {
     let path = model
         .shards()
-        .get(table.shard)
+        .get(table.shard())
         .map(|s| s.path().display().to_string());
     json!({
         "file": path,
-        "tensor": table.name,
+        "tensor": table.name(),
         "offset": r.range.start,
         "bytes": r.total_bytes,
         "page_size": r.page_size,
@@ -114,15 +114,15 @@ fn report(model: &Model, table: &Table, r: &Residency) -> Json {
     })
 }
 
-fn print_text(model: &Model, table: &Table, r: &Residency) {
+fn print_text(model: &Model, table: &Layout, r: &Residency) {
     let path = model
         .shards()
-        .get(table.shard)
+        .get(table.shard())
         .map(|s| s.path().display().to_string())
         .unwrap_or_default();
     println!(
         "table: {} in {path}, bytes {}..{} ({}, {} pages of {})",
-        table.name,
+        table.name(),
         r.range.start,
         r.range.end,
         human_bytes(r.total_bytes),

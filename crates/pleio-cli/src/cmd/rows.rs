@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use pleio::layout::Layout;
 use pleio::model::Model;
 use pleio::ngram::{ModelRows, RowMapper};
-use pleio::table::Table;
 use pleio::tokenizer::{QwenTokenizer, ENDOFTEXT_ID};
 use serde_json::Value as Json;
 
@@ -199,7 +199,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     let model = Model::open(&a.file)?;
-    let table = Table::from_model(&model, None).with_context(|| a.file.display().to_string())?;
+    let table = Layout::of_ple(&model).with_context(|| a.file.display().to_string())?;
     let mapper =
         ModelRows::from_model(&model, &table).with_context(|| a.file.display().to_string())?;
 

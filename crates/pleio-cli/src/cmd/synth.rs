@@ -35,7 +35,7 @@ pub struct Args {
     /// Table type (default IQ4_NL for qwen4exp, Q5_K for gemma4).
     #[arg(long = "type", value_parser = parse_type)]
     ty: Option<GgmlType>,
-    /// Rows: a number (suffixes k, M, G as powers of 1000) or `full`
+    /// Rows: a number (suffixes k, M, G are powers of 1024, as for every size and count pleio takes) or `full`
     /// (qwen4exp 320001536 with the released hash constants; gemma4 262144).
     /// Default: qwen4exp 16777216 (1.41 GiB as IQ4_NL), gemma4 262144.
     #[arg(long)]
@@ -69,17 +69,9 @@ fn parse_rows(s: &str, arch: Arch) -> Result<u64> {
             Arch::Gemma4 => GEMMA_VOCAB,
         });
     }
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&s[..i], 1_000),
-        Some((i, 'm' | 'M')) => (&s[..i], 1_000_000),
-        Some((i, 'g' | 'G')) => (&s[..i], 1_000_000_000),
-        _ => (s, 1),
-    };
-    let n: u64 = num
-        .replace('_', "")
-        .parse()
-        .with_context(|| format!("--rows {s:?} is not a number or `full`"))?;
-    n.checked_mul(mult).context("--rows is too large")
+    pleio_lab::units::parse_quantity(s).with_context(|| {
+        format!("--rows {s:?} is not a count like 48000000, 16M or 1.5G (powers of 1024) or `full`")
+    })
 }
 
 pub fn run(a: Args) -> Result<()> {

@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 
 use super::direct::{with_scratch, Kind};
 use super::known_pages::Residency;
-use super::{GatherError, GatherStats, TableReader};
+use super::{GatherError, GatherStats, Table};
+use crate::output::Out;
 
 /// Rows decoded between two clock reads on the warm path. A decode batch
 /// (16 rows) fits in one window and so reads no clock at all: measured,
@@ -48,7 +49,7 @@ pub(super) const WINDOW_BUDGET: Duration = Duration::from_micros(50);
 /// batch pays at most this many `mincore` calls (about a microsecond each).
 pub(super) const PROBE: usize = 8;
 
-impl TableReader {
+impl Table {
     /// The residency bitmap, created on first use.
     fn residency(&self) -> &Residency {
         let t = &self.shared.table;
@@ -56,7 +57,7 @@ impl TableReader {
             let page = self
                 .mapping()
                 .map_or_else(crate::sys::page_size, |m| m.page_size());
-            Residency::new(t.offset, t.row_bytes, t.n_rows, page)
+            Residency::new(t.offset(), t.row_bytes(), t.rows(), page)
         })
     }
 
@@ -66,20 +67,20 @@ impl TableReader {
         let Some(m) = self.mapping() else {
             return false;
         };
-        let start = t.offset + row * t.row_bytes;
+        let start = t.offset() + row * t.row_bytes();
         let page = m.page_size();
-        let pages = (start + t.row_bytes).div_ceil(page) - start / page;
-        m.resident_pages(start..start + t.row_bytes) == Some(pages)
+        let pages = (start + t.row_bytes()).div_ceil(page) - start / page;
+        m.resident_pages(start..start + t.row_bytes()) == Some(pages)
     }
 
     pub(super) fn gather_auto(
         &self,
         rows: &[u64],
-        out: &mut [f32],
+        out: &mut Out<'_>,
         stats: &mut GatherStats,
     ) -> Result<(), GatherError> {
         let t = &self.shared.table;
-        let Some(whole) = self.mapping().and_then(|m| m.bytes(t.offset, t.bytes())) else {
+        let Some(whole) = self.mapping().and_then(|m| m.bytes(t.offset(), t.bytes())) else {
             // Table not mapped whole (unmapped fragments, or no mapping):
             // read everything; without a file, let the mapped path decide.
             return match self.gather_direct(Kind::Uring, rows, out, stats) {
@@ -88,16 +89,15 @@ impl TableReader {
             };
         };
         let res = self.residency();
-        let rb = t.row_bytes as usize;
-        let elems = self.row_elems();
-        let decode = |row: u64, dst: &mut [f32]| -> Result<(), GatherError> {
+        let rb = t.row_bytes() as usize;
+        let decode = |row: u64, j: usize, out: &mut Out<'_>| -> Result<(), GatherError> {
             // check_rows passed, so the row lies inside `whole`.
             let s = row as usize * rb;
             let src = whole.get(s..s + rb).ok_or(GatherError::OutsideFile {
-                offset: t.offset + row * t.row_bytes,
-                len: t.row_bytes,
+                offset: t.offset() + row * t.row_bytes(),
+                len: t.row_bytes(),
             })?;
-            self.shared.decoder.decode(src, dst)?;
+            out.put(j, src, &self.shared.decoder)?;
             Ok(())
         };
         let mut cold: Vec<usize> = Vec::new();
@@ -109,7 +109,7 @@ impl TableReader {
             let clock = (end < n).then(Instant::now);
             for (j, &row) in rows.iter().enumerate().take(end).skip(i) {
                 if res.is_resident(row) {
-                    decode(row, &mut out[j * elems..(j + 1) * elems])?;
+                    decode(row, j, out)?;
                 } else {
                     cold.push(j);
                 }
@@ -148,7 +148,7 @@ impl TableReader {
             let mut still = Vec::with_capacity(cold.len());
             for &j in &cold {
                 if self.mincore_resident(rows[j]) {
-                    decode(rows[j], &mut out[j * elems..(j + 1) * elems])?;
+                    decode(rows[j], j, out)?;
                     res.mark(rows[j]);
                     stats.found_resident += 1;
                 } else {
@@ -173,7 +173,7 @@ impl TableReader {
                 Err(GatherError::NoFile { .. }) => {
                     // A bare mapping: fault the cold rows in.
                     for &j in &cold {
-                        decode(rows[j], &mut out[j * elems..(j + 1) * elems])?;
+                        decode(rows[j], j, out)?;
                         res.mark(rows[j]);
                     }
                 }

@@ -14,11 +14,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use super::known_pages::Residency;
-use super::{GatherError, GatherStats, TableReader};
+use super::{GatherError, GatherStats, Table};
 use crate::io::{
     IoError, PoolBackend, PoolConfig, PreadBackend, ReadBackend, ReadPlan, RowReads, UringBackend,
     UringConfig,
 };
+use crate::output::Out;
 
 /// Rows whose bytes are at most this far apart are read as one span (the
 /// gap is read and ignored): one request instead of two for rows sharing a
@@ -174,13 +175,13 @@ pub(super) fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
     })
 }
 
-impl TableReader {
+impl Table {
     /// A direct gather of every row through the backend `kind`.
     pub(super) fn gather_direct(
         &self,
         kind: Kind,
         rows: &[u64],
-        out: &mut [f32],
+        out: &mut Out<'_>,
         stats: &mut GatherStats,
     ) -> Result<(), GatherError> {
         let strategy = match kind {
@@ -202,14 +203,13 @@ impl TableReader {
         picked: &Picked,
         rows: &[u64],
         picks: impl IntoIterator<Item = usize>,
-        out: &mut [f32],
+        out: &mut Out<'_>,
         mark: Option<&Residency>,
         s: &mut Scratch,
         stats: &mut GatherStats,
     ) -> Result<(), GatherError> {
         let t = &self.shared.table;
-        let rb = t.row_bytes as usize;
-        let elems = self.row_elems();
+        let rb = t.row_bytes() as usize;
         s.order.clear();
         s.order.extend(picks.into_iter().map(|i| (rows[i], i)));
         if s.order.is_empty() {
@@ -219,7 +219,7 @@ impl TableReader {
         s.uniq.clear();
         s.uniq.extend(s.order.iter().map(|&(r, _)| r));
         s.uniq.dedup();
-        ReadPlan::for_rows_into(t.offset, rb, &s.uniq, COALESCE_GAP, &mut s.reads).map_err(
+        ReadPlan::for_rows_into(t.offset(), rb, &s.uniq, COALESCE_GAP, &mut s.reads).map_err(
             |e| GatherError::Setup {
                 backend: picked.backend.name(),
                 reason: format!("planning reads: {e}"),
@@ -261,8 +261,7 @@ impl TableReader {
                 u += 1;
             }
             let at = s.reads.staging_offsets[u];
-            let dst = &mut out[i * elems..(i + 1) * elems];
-            if let Err(e) = self.shared.decoder.decode(&s.staging[at..at + rb], dst) {
+            if let Err(e) = out.put(i, &s.staging[at..at + rb], &self.shared.decoder) {
                 decoded = Err(e.into());
                 break;
             }

@@ -18,17 +18,22 @@ mod known_pages;
 
 use std::cell::RefCell;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 
+use crate::error::Error;
 use crate::io::IoError;
+use crate::layout::{Layout, TableError};
+use crate::lookahead::Lookahead;
 use crate::map::Mapping;
 use crate::model::Model;
+use crate::ngram::ModelRows;
+use crate::output::{Dtype, Out};
 use crate::page_plan::{Bounds, Planner, RowSpan};
+use crate::quant::GgmlType;
 use crate::quant::{DecodeError, RowDecoder};
 use crate::sys::{self, AdviceOutcome, Advisor, MemRun};
-use crate::table::{Table, TableError};
 
 /// How row bytes are brought in from the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -165,8 +170,10 @@ pub enum GatherError {
         reason: String,
     },
     /// The strategy reads the file by path, but the reader was built from a
-    /// bare mapping ([`TableReader::from_mapping`]) without one.
-    #[error("strategy {strategy} reads the file by path; build the reader with TableReader::new or with_file")]
+    /// bare mapping ([`Table::from_mapping`]) without one.
+    #[error(
+        "strategy {strategy} reads the file by path; build the reader with Table::new or with_file"
+    )]
     NoFile {
         /// The strategy asked for.
         strategy: &'static str,
@@ -228,13 +235,6 @@ pub struct GatherStats {
     pub rearmed: bool,
 }
 
-/// Where a reader's bytes come from.
-#[derive(Debug, Clone)]
-enum Source {
-    Model(Arc<Model>),
-    Mapping(Arc<Mapping>),
-}
-
 /// Per-thread reusable planning storage, so a warm gather allocates nothing.
 #[derive(Default)]
 struct Scratch {
@@ -246,105 +246,134 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// The part of a reader its clones share: the table, the lazily created
-/// read backends and the residency bitmap.
+/// The part of a table handle its clones share: the model, the layout, the
+/// lazily created read backends and the residency bitmap.
 struct Shared {
-    source: Source,
-    table: Table,
+    model: Arc<Model>,
+    table: Layout,
     decoder: RowDecoder,
     backends: direct::Backends,
     residency: OnceLock<known_pages::Residency>,
 }
 
-/// Gathers rows of one table of an open model (or of one mapped file).
+/// A table of an open model, ready to gather rows: the entry point of pleio.
 ///
-/// `Send + Sync` and cheap to clone (an `Arc` inside): clones share the read
-/// backends (created once, on first use) and `auto`'s residency knowledge,
-/// so a background thread can gather through a clone. `gather` takes
-/// `&self` and may run on many threads at once.
+/// ```no_run
+/// # fn main() -> pleio::Result<()> {
+/// let table = pleio::Table::open("model-00001-of-00003.gguf")?; // the PLE table
+/// let mut rows = vec![0f32; 3 * table.row_elems()];
+/// table.gather(&[7, 42, 7], &mut rows)?; // request order, duplicates repeated
+/// # Ok(()) }
+/// ```
+///
+/// A handle owns its file (mapped once), its [`Layout`] and its read
+/// backends. It is `Send + Sync` and cheap to clone (an `Arc` inside):
+/// clones share the backends (created once, on first use) and `auto`'s
+/// residency knowledge, and `gather` takes `&self`, so many threads may
+/// gather at once. Every id is checked before any I/O: a bad id fails the
+/// gather with nothing written. Every [`Strategy`] yields the same bytes.
 #[derive(Clone)]
-pub struct TableReader {
+pub struct Table {
     shared: Arc<Shared>,
     advisor: Arc<dyn Advisor>,
+    strategy: Strategy,
     detailed: bool,
 }
 
-impl fmt::Debug for TableReader {
+impl fmt::Debug for Table {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TableReader")
-            .field("table", &self.shared.table)
-            .field("path", &self.shared.backends.path())
-            .field("detailed", &self.detailed)
+        f.debug_struct("Table")
+            .field("layout", &self.shared.table)
+            .field("path", &self.path())
+            .field("strategy", &self.strategy)
             .finish()
     }
 }
 
-impl TableReader {
-    /// A reader for `table` of `model`; fails if the type has no decoder.
-    /// Registers the table's bytes as a lazy range of its shard's mapping.
-    pub fn new(model: Arc<Model>, table: Table) -> Result<TableReader, GatherError> {
+impl Table {
+    /// Opens the per-layer-embedding table (`per_layer_token_embd.weight`)
+    /// of a GGUF file, or of the split set `path` is a shard of.
+    pub fn open(path: impl AsRef<Path>) -> Result<Table, Error> {
+        let path = path.as_ref();
+        let model = Model::open(path).map_err(|e| Error::from(e).in_file(path))?;
+        Table::from_model(Arc::new(model)).map_err(|e| e.in_file(path))
+    }
+
+    /// Opens the 2-D tensor `tensor` of a GGUF file (or split set) as a table.
+    pub fn open_tensor(path: impl AsRef<Path>, tensor: &str) -> Result<Table, Error> {
+        let path = path.as_ref();
+        let model = Model::open(path).map_err(|e| Error::from(e).in_file(path))?;
+        Table::tensor_of(Arc::new(model), tensor).map_err(|e| e.in_file(path))
+    }
+
+    /// The per-layer-embedding table of an open model.
+    pub fn from_model(model: Arc<Model>) -> Result<Table, Error> {
+        let layout = Layout::of_ple(&model)?;
+        Table::build(model, layout)
+    }
+
+    /// The 2-D tensor `tensor` of an open model.
+    pub fn tensor_of(model: Arc<Model>, tensor: &str) -> Result<Table, Error> {
+        let layout = Layout::of_tensor(&model, tensor)?;
+        Table::build(model, layout)
+    }
+
+    /// [`Table::tensor_of`] when a name is given, else [`Table::from_model`]
+    /// (for tools whose `--tensor` is optional).
+    pub fn of_tensor_or_ple(model: Arc<Model>, tensor: Option<&str>) -> Result<Table, Error> {
+        let layout = Layout::of_tensor_or_ple(&model, tensor)?;
+        Table::build(model, layout)
+    }
+
+    fn build(model: Arc<Model>, table: Layout) -> Result<Table, Error> {
+        let name = table.name().to_string();
+        let decoder = RowDecoder::new(table.ty()).map_err(|e| Error::from(e).in_tensor(&name))?;
         let path = model
             .shards()
-            .get(table.shard)
+            .get(table.shard())
             .map(|s| s.path().to_path_buf());
-        TableReader::with_source(Source::Model(model), table, path)
-    }
-
-    /// A reader for `table` (offsets in the file of `mapping`), e.g. for an
-    /// engine that maps and unmaps fragments itself. Without a path (see
-    /// [`TableReader::with_file`]) only the mapped strategies work, and
-    /// `auto` decodes everything from the mapping.
-    pub fn from_mapping(mapping: Arc<Mapping>, table: Table) -> Result<TableReader, GatherError> {
-        TableReader::with_source(Source::Mapping(mapping), table, None)
-    }
-
-    /// Like [`TableReader::from_mapping`], with the path of the mapped file
-    /// for the strategies that read it directly.
-    pub fn with_file(
-        mapping: Arc<Mapping>,
-        table: Table,
-        path: impl Into<PathBuf>,
-    ) -> Result<TableReader, GatherError> {
-        TableReader::with_source(Source::Mapping(mapping), table, Some(path.into()))
-    }
-
-    fn with_source(
-        source: Source,
-        table: Table,
-        path: Option<PathBuf>,
-    ) -> Result<TableReader, GatherError> {
-        let decoder = RowDecoder::new(table.ty)?;
-        let reader = TableReader {
+        let reader = Table {
             shared: Arc::new(Shared {
-                source,
+                model,
                 table,
                 decoder,
                 backends: direct::Backends::new(path),
                 residency: OnceLock::new(),
             }),
             advisor: sys::os_advisor(),
+            strategy: Strategy::default(),
             detailed: false,
         };
         if let Some(m) = reader.mapping() {
-            let t = &reader.shared.table;
-            let range = t.offset..t.offset.saturating_add(t.bytes());
             // A table outside its file is reported by the gather, row by row.
-            let _ = m.register_lazy(range, &*reader.advisor);
+            let _ = m.register_lazy(reader.shared.table.byte_range(), &*reader.advisor);
         }
         Ok(reader)
     }
 
+    /// Uses `strategy` for [`Table::gather`] and [`Table::gather_as`]
+    /// (default [`Strategy::Auto`]).
+    pub fn with_strategy(mut self, strategy: Strategy) -> Table {
+        self.strategy = strategy;
+        self
+    }
+
     /// Uses `advisor` for page advice (tests pass a recording one).
-    pub fn with_advisor(mut self, advisor: Arc<dyn Advisor>) -> TableReader {
+    pub fn with_advisor(mut self, advisor: Arc<dyn Advisor>) -> Table {
         self.advisor = advisor;
         self
     }
 
     /// Also reports distinct pages and major faults in every
     /// [`GatherStats`] (costs a plan and two `getrusage` calls per gather).
-    pub fn with_detailed_stats(mut self, on: bool) -> TableReader {
+    pub fn with_detailed_stats(mut self, on: bool) -> Table {
         self.detailed = on;
         self
+    }
+
+    /// The strategy [`Table::gather`] uses.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
     }
 
     /// Forgets which pages `auto` believes resident, so its next gathers
@@ -361,60 +390,152 @@ impl TableReader {
         self.shared.residency.get().map_or(0, |r| r.count())
     }
 
-    /// The table read.
-    pub fn table(&self) -> &Table {
+    /// Where the rows are: name, type, row count and size, offset.
+    pub fn layout(&self) -> &Layout {
         &self.shared.table
     }
 
-    /// Floats one row decodes to.
+    /// The open model the table belongs to.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.shared.model
+    }
+
+    /// The file holding the table (its shard, for a split set).
+    pub fn path(&self) -> &Path {
+        self.shared.backends.path().unwrap_or(Path::new(""))
+    }
+
+    /// Tensor name.
+    pub fn name(&self) -> &str {
+        self.shared.table.name()
+    }
+
+    /// Element type of the stored rows.
+    pub fn ty(&self) -> GgmlType {
+        self.shared.table.ty()
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> u64 {
+        self.shared.table.rows()
+    }
+
+    /// Stored bytes per row.
+    pub fn row_bytes(&self) -> u64 {
+        self.shared.table.row_bytes()
+    }
+
+    /// Elements one row decodes to.
     pub fn row_elems(&self) -> usize {
-        self.shared.table.row_elems as usize
+        self.shared.table.row_elems() as usize
+    }
+
+    /// Bytes `n` rows take in `dtype` (`None` if that overflows `usize`).
+    pub fn out_bytes(&self, dtype: Dtype, n: usize) -> Option<usize> {
+        dtype.row_out_bytes(&self.shared.table)?.checked_mul(n)
+    }
+
+    /// How this table's token ids map to row ids: the qwen4exp n-gram hash
+    /// from the file's metadata, or gemma4's identity. `row_ids()?.sequence()`
+    /// maps one token stream, carrying n-gram history across calls.
+    pub fn row_ids(&self) -> Result<ModelRows, Error> {
+        ModelRows::from_model(&self.shared.model, &self.shared.table)
+            .map_err(|e| Error::from(e).in_file(self.path()))
+    }
+
+    /// A background prefetcher over this table with its strategy: hand it
+    /// the next batch's ids while the current one computes.
+    pub fn lookahead(&self) -> Result<Lookahead, Error> {
+        Ok(Lookahead::new(self.clone(), self.strategy)?)
     }
 
     /// The mapping holding the table, if its shard exists.
     pub fn mapping(&self) -> Option<&Mapping> {
-        match &self.shared.source {
-            Source::Model(m) => m.shard_mapping(self.shared.table.shard),
-            Source::Mapping(m) => Some(m),
-        }
+        self.shared.model.shard_mapping(self.shared.table.shard())
     }
 
     fn span(&self) -> RowSpan {
         let t = &self.shared.table;
         RowSpan {
-            offset: t.offset,
-            row_bytes: t.row_bytes,
-            n_rows: t.n_rows,
+            offset: t.offset(),
+            row_bytes: t.row_bytes(),
+            n_rows: t.rows(),
         }
     }
 
-    /// Decodes `rows` (in request order, duplicates repeated) into `out`,
-    /// which must hold `rows.len() * row_elems` floats.
-    ///
-    /// Every id is checked first: a bad id fails the gather before any I/O.
-    /// Output bytes are the same for every strategy.
-    pub fn gather(
+    /// Decodes `rows` to f32 with the table's strategy, in request order
+    /// (duplicates repeated), into `out`, which must hold exactly
+    /// `rows.len() * row_elems` floats.
+    pub fn gather(&self, rows: &[u64], out: &mut [f32]) -> Result<GatherStats, Error> {
+        self.gather_with(self.strategy, rows, out)
+    }
+
+    /// [`Table::gather`] with another strategy.
+    pub fn gather_with(
         &self,
         strategy: Strategy,
         rows: &[u64],
         out: &mut [f32],
+    ) -> Result<GatherStats, Error> {
+        self.gather_inner(strategy, rows, Out::f32(out, &self.shared.table))
+            .map_err(|e| self.locate(e))
+    }
+
+    /// Gathers `rows` into `out` as `dtype` (little-endian, rows back to
+    /// back): f32, bf16 or f16 (rounded to nearest even from the exact f32
+    /// value), or the stored bytes (`raw`). `out` must hold exactly
+    /// [`Table::out_bytes`]`(dtype, rows.len())` bytes.
+    pub fn gather_as(
+        &self,
+        dtype: Dtype,
+        rows: &[u64],
+        out: &mut [u8],
+    ) -> Result<GatherStats, Error> {
+        self.gather_as_with(self.strategy, dtype, rows, out)
+    }
+
+    /// [`Table::gather_as`] with another strategy.
+    pub fn gather_as_with(
+        &self,
+        strategy: Strategy,
+        dtype: Dtype,
+        rows: &[u64],
+        out: &mut [u8],
+    ) -> Result<GatherStats, Error> {
+        let o = Out::bytes(dtype, &self.shared.table, out).map_err(|e| self.locate(e))?;
+        self.gather_inner(strategy, rows, o)
+            .map_err(|e| self.locate(e))
+    }
+
+    fn locate(&self, e: GatherError) -> Error {
+        Error::from(e)
+            .in_file(self.path())
+            .in_tensor(self.shared.table.name())
+    }
+
+    /// The gather behind every public entry: checks the output size and
+    /// every id, then runs `strategy`.
+    pub(crate) fn gather_inner(
+        &self,
+        strategy: Strategy,
+        rows: &[u64],
+        mut out: Out<'_>,
     ) -> Result<GatherStats, GatherError> {
         let t = &self.shared.table;
-        let elems = self.row_elems();
-        let need = rows.len().saturating_mul(elems);
-        if out.len() != need {
+        let need = rows.len().checked_mul(out.row_len());
+        if need != Some(out.len()) {
             return Err(GatherError::OutputLength {
                 got: out.len(),
-                need,
+                need: need.unwrap_or(usize::MAX),
                 rows: rows.len(),
-                row_elems: t.row_elems,
+                row_elems: t.row_elems(),
             });
         }
         t.check_rows(rows)?;
         let faults_before = self.detailed.then(sys::thread_major_faults).flatten();
         let mut stats = GatherStats {
             rows: rows.len() as u64,
-            bytes: rows.len() as u64 * t.row_bytes,
+            bytes: (rows.len() as u64).saturating_mul(t.row_bytes()),
             ..GatherStats::default()
         };
         match strategy {
@@ -422,6 +543,7 @@ impl TableReader {
             _ if self.detailed => self.plan(rows, &mut stats, false),
             _ => {}
         }
+        let out = &mut out;
         match strategy {
             Strategy::Fault | Strategy::Advise => self.gather_mapped(rows, out)?,
             Strategy::Auto => self.gather_auto(rows, out, &mut stats)?,
@@ -445,7 +567,7 @@ impl TableReader {
         let Some(m) = self.mapping() else { return };
         let t = &self.shared.table;
         // Only a table wholly inside one lazy range is planned.
-        let Some(lazy) = m.lazy_range_containing(t.offset, t.bytes()) else {
+        let Some(lazy) = m.lazy_range_containing(t.offset(), t.bytes()) else {
             return;
         };
         let bounds = Bounds {
@@ -478,19 +600,19 @@ impl TableReader {
 
     /// The straight mapped path: copy-free decode from the mapping. Never
     /// reads outside the retained fragments: such a row is an error.
-    fn gather_mapped(&self, rows: &[u64], out: &mut [f32]) -> Result<(), GatherError> {
+    fn gather_mapped(&self, rows: &[u64], out: &mut Out<'_>) -> Result<(), GatherError> {
         let t = &self.shared.table;
-        let rb = t.row_bytes;
+        let rb = t.row_bytes();
         let mapping = self.mapping();
         // Usual case: the whole table is mapped, one check for all rows.
-        let whole = mapping.and_then(|m| m.bytes(t.offset, t.bytes()));
-        for (&row, dst) in rows.iter().zip(out.chunks_exact_mut(self.row_elems())) {
+        let whole = mapping.and_then(|m| m.bytes(t.offset(), t.bytes()));
+        for (i, &row) in rows.iter().enumerate() {
             let src = match whole {
                 Some(tb) => {
                     // check_rows passed, so the row lies inside `tb`.
                     let s = (row * rb) as usize;
                     tb.get(s..s + rb as usize).ok_or(GatherError::OutsideFile {
-                        offset: t.offset + row * rb,
+                        offset: t.offset() + row * rb,
                         len: rb,
                     })?
                 }
@@ -507,7 +629,7 @@ impl TableReader {
                     }
                 }
             };
-            self.shared.decoder.decode(src, dst)?;
+            out.put(i, src, &self.shared.decoder)?;
         }
         Ok(())
     }

@@ -52,6 +52,11 @@ impl TensorInfo {
             });
         }
         let limit = i64::MAX as u64;
+        // ggml holds every dimension in an int64_t: one above i64::MAX is
+        // rejected even when another dimension is 0 (so the product is 0).
+        if dims.iter().any(|&d| d > limit) {
+            return Err(GgufError::DimsOverflow { tensor: name, dims });
+        }
         let counts = (|| {
             let n_rows = dims
                 .iter()
@@ -153,6 +158,11 @@ mod tests {
         // Elements fit i64 but bytes do not.
         let e = TensorInfo::new("c", GgmlType::F64, vec![1 << 61], 0).unwrap_err();
         assert!(matches!(e, GgufError::DimsOverflow { .. }), "{e}");
+        // A dimension past i64::MAX, hidden by a zero dimension.
+        for dims in [vec![0, 1 << 63], vec![1 << 63, 0], vec![32, 0, u64::MAX]] {
+            let e = TensorInfo::new("z", GgmlType::F32, dims.clone(), 0).unwrap_err();
+            assert!(matches!(e, GgufError::DimsOverflow { .. }), "{dims:?}: {e}");
+        }
         let e = TensorInfo::new("d", GgmlType::F32, vec![1; 9], 0).unwrap_err();
         assert!(matches!(e, GgufError::TooManyDims { n_dims: 9, .. }), "{e}");
     }

@@ -22,6 +22,7 @@ mod pool;
 mod pread;
 mod spans;
 #[cfg(target_os = "linux")]
+#[allow(unsafe_code)] // io_uring: buffers must outlive their reads
 mod uring;
 #[cfg(not(target_os = "linux"))]
 #[path = "uring_stub.rs"]

@@ -377,27 +377,14 @@ fn probe_ring(queue_depth: u32) -> Result<IoUring, IoError> {
 /// logical block size (512, 4096). `BLKSSZGET` would only work on a block
 /// device, not on a regular file.
 fn direct_alignment(file: &File, path: &Path) -> Result<usize, IoError> {
-    // SAFETY: statx is plain old data; all-zero is a valid value.
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: the fd is open, the path is a valid empty C string used with
-    // AT_EMPTY_PATH, and `stx` is a valid, writable statx buffer.
-    let rc = unsafe {
-        libc::statx(
-            file.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_DIOALIGN,
-            &mut stx,
-        )
-    };
-    if rc == 0 && stx.stx_mask & libc::STATX_DIOALIGN != 0 {
-        if stx.stx_dio_offset_align == 0 {
+    if let Some((offset_align, mem_align)) = crate::sys::dio_alignment(file) {
+        if offset_align == 0 {
             return Err(IoError::DirectUnsupported {
                 path: path.to_path_buf(),
                 reason: "statx reports no O_DIRECT support".into(),
             });
         }
-        let a = stx.stx_dio_offset_align.max(stx.stx_dio_mem_align) as usize;
+        let a = offset_align.max(mem_align) as usize;
         if a.is_power_of_two() {
             return Ok(a);
         }

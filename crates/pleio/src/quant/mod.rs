@@ -33,11 +33,13 @@ pub enum DecodeError {
     },
 }
 
+pub mod convert;
 mod float;
 mod fp4;
 mod iquant;
 mod kquant;
 mod legacy;
+#[allow(unsafe_code)] // SIMD intrinsics behind runtime feature checks
 mod simd;
 mod ternary;
 

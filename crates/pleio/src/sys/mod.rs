@@ -96,6 +96,67 @@ pub(crate) unsafe fn dont_need_shared(run: MemRun) -> bool {
     unsafe { adv::dont_need_shared(run) }
 }
 
+/// Maps all `len` (> 0) bytes of `file` read-only and shared; returns the
+/// address. The mapping's owner ([`crate::map::Mapping`]) unmaps it.
+pub(crate) fn map_shared_read_only(file: &File, len: usize) -> std::io::Result<*mut u8> {
+    base::map_shared_read_only(file, len)
+}
+
+/// Unmaps `run`.
+///
+/// # Safety
+///
+/// `run` must be a page-aligned part of a mapping made by
+/// [`map_shared_read_only`] that the caller owns, with no reference into it
+/// alive (the memory is gone afterwards).
+pub(crate) unsafe fn unmap(run: MemRun) -> std::io::Result<()> {
+    // SAFETY: forwarded from the caller.
+    unsafe { base::unmap(run) }
+}
+
+/// `O_DIRECT` alignment of `file` as `(offset, memory)` bytes, from
+/// `statx(STATX_DIOALIGN)` (Linux 6.1+); `(0, 0)` means the file system
+/// refuses `O_DIRECT`; `None` where the OS does not say.
+pub fn dio_alignment(file: &File) -> Option<(u32, u32)> {
+    adv::dio_alignment(file)
+}
+
+/// Bytes this process has caused to be read from storage so far (Linux
+/// `read_bytes` of `/proc/self/io`: every thread, io_uring workers
+/// included; page-cache hits do not count).
+pub fn process_read_bytes() -> Option<u64> {
+    adv::process_read_bytes()
+}
+
+/// Major page faults of the whole process so far (`majflt` of
+/// `/proc/self/stat`). [`thread_major_faults`] counts one thread's.
+pub fn process_major_faults() -> Option<u64> {
+    adv::process_major_faults()
+}
+
+/// Peak resident set size of this process in bytes (`VmHWM`).
+pub fn peak_rss() -> Option<u64> {
+    adv::peak_rss()
+}
+
+/// Resets [`peak_rss`] to the current RSS (`/proc/self/clear_refs`);
+/// false where the OS refuses.
+pub fn reset_peak_rss() -> bool {
+    adv::reset_peak_rss()
+}
+
+/// This machine's CPU model, physical memory in bytes and kernel release
+/// (empty / 0 where the OS does not tell).
+pub fn machine() -> (String, u64, String) {
+    adv::machine()
+}
+
+/// The texts of `/proc/self/mountinfo` and `/proc/self/cgroup` (empty
+/// where there are none), for locating this process's memory cgroup.
+pub fn cgroup_texts() -> (String, String) {
+    adv::cgroup_texts()
+}
+
 /// Pages of `run` (page-aligned) resident in the page cache (`mincore`),
 /// using `buf` as scratch; `None` where the OS cannot tell.
 pub fn resident_pages(run: MemRun, page: u64, buf: &mut Vec<u8>) -> Option<u64> {

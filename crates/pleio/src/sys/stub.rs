@@ -63,3 +63,46 @@ pub(super) fn join_cgroup_on_spawn(
         "control groups are not available on this platform",
     ))
 }
+
+pub(super) fn dio_alignment(_file: &File) -> Option<(u32, u32)> {
+    None
+}
+
+pub(super) fn process_read_bytes() -> Option<u64> {
+    None
+}
+
+pub(super) fn process_major_faults() -> Option<u64> {
+    None
+}
+
+pub(super) fn peak_rss() -> Option<u64> {
+    None
+}
+
+pub(super) fn reset_peak_rss() -> bool {
+    false
+}
+
+pub(super) fn machine() -> (String, u64, String) {
+    (String::new(), 0, String::new())
+}
+
+pub(super) fn cgroup_texts() -> (String, String) {
+    (String::new(), String::new())
+}
+
+/// Only used where there is no `mmap` (non-Unix targets).
+pub(super) fn map_shared_read_only(_file: &File, _len: usize) -> io::Result<*mut u8> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "file mappings are not available on this platform",
+    ))
+}
+
+/// # Safety
+///
+/// Nothing to uphold: nothing is ever mapped here.
+pub(super) unsafe fn unmap(_run: MemRun) -> io::Result<()> {
+    Ok(())
+}

@@ -9,6 +9,8 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::sync::OnceLock;
 
+use super::MemRun;
+
 pub(super) fn page_size() -> u64 {
     static PAGE: OnceLock<u64> = OnceLock::new();
     *PAGE.get_or_init(|| {
@@ -61,4 +63,36 @@ pub(super) fn join_cgroup_on_spawn(cmd: &mut std::process::Command, procs: File)
         cmd.pre_exec(hook);
     }
     Ok(())
+}
+
+pub(super) fn map_shared_read_only(file: &File, len: usize) -> io::Result<*mut u8> {
+    // SAFETY: a fresh read-only shared mapping of a valid fd; the kernel
+    // picks the address, so no existing memory is affected.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ptr.cast())
+    }
+}
+
+/// # Safety
+///
+/// As [`super::unmap`].
+pub(super) unsafe fn unmap(run: MemRun) -> io::Result<()> {
+    // SAFETY: forwarded from the caller.
+    if unsafe { libc::munmap(run.addr as *mut libc::c_void, run.len) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }

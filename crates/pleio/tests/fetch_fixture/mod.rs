@@ -8,17 +8,17 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 
-use pleio::fetch::TableReader;
+use pleio::fetch::Table;
+use pleio::layout::Layout;
 use pleio::model::Model;
 use pleio::quant::{GgmlType, RowDecoder};
-use pleio::table::Table;
 use pleio_lab::synth::SynthSpec;
 
 /// A synthetic model on disk, opened.
 pub struct Fixture {
     pub file: tempfile::NamedTempFile,
     pub model: Arc<Model>,
-    pub table: Table,
+    pub table: Layout,
 }
 
 impl Fixture {
@@ -36,18 +36,25 @@ impl Fixture {
     }
 
     fn qwen_with(file: tempfile::NamedTempFile, rows: u64, seed: u64) -> Fixture {
+        Fixture::of_spec_in(file, &SynthSpec::qwen(GgmlType::IQ4_NL, rows, seed))
+    }
+
+    /// The synthetic file `spec` describes, in a temporary file.
+    pub fn of_spec(spec: &SynthSpec) -> Fixture {
+        Fixture::of_spec_in(tempfile::NamedTempFile::new().unwrap(), spec)
+    }
+
+    fn of_spec_in(file: tempfile::NamedTempFile, spec: &SynthSpec) -> Fixture {
         let f = file.reopen().unwrap();
-        SynthSpec::qwen(GgmlType::IQ4_NL, rows, seed)
-            .write(f, &mut |_| {})
-            .unwrap();
+        spec.write(f, &mut |_| {}).unwrap();
         let model = Arc::new(Model::open(file.path()).unwrap());
-        let table = Table::from_model(&model, None).unwrap();
+        let table = Layout::of_ple(&model).unwrap();
         Fixture { file, model, table }
     }
 
     /// A reader over the model (default OS advisor).
-    pub fn reader(&self) -> TableReader {
-        TableReader::new(self.model.clone(), self.table.clone()).unwrap()
+    pub fn reader(&self) -> Table {
+        Table::from_model(self.model.clone()).unwrap()
     }
 
     /// File length.
@@ -58,14 +65,32 @@ impl Fixture {
     /// Reference rows: `pread`-style reads and the scalar decoder.
     pub fn reference(&self, rows: &[u64]) -> Vec<f32> {
         let t = &self.table;
-        let dec = RowDecoder::scalar(t.ty).unwrap();
+        let dec = RowDecoder::scalar(t.ty()).unwrap();
         let mut f = File::open(self.file.path()).unwrap();
-        let mut buf = vec![0u8; t.row_bytes as usize];
-        let mut out = vec![0f32; rows.len() * t.row_elems as usize];
-        for (&r, dst) in rows.iter().zip(out.chunks_exact_mut(t.row_elems as usize)) {
-            f.seek(SeekFrom::Start(t.offset + r * t.row_bytes)).unwrap();
+        let mut buf = vec![0u8; t.row_bytes() as usize];
+        let mut out = vec![0f32; rows.len() * t.row_elems() as usize];
+        for (&r, dst) in rows
+            .iter()
+            .zip(out.chunks_exact_mut(t.row_elems() as usize))
+        {
+            f.seek(SeekFrom::Start(t.offset() + r * t.row_bytes()))
+                .unwrap();
             f.read_exact(&mut buf).unwrap();
             dec.decode(&buf, dst).unwrap();
+        }
+        out
+    }
+
+    /// The stored bytes of `rows`, by plain reads.
+    pub fn reference_raw(&self, rows: &[u64]) -> Vec<u8> {
+        let t = &self.table;
+        let rb = t.row_bytes() as usize;
+        let mut f = File::open(self.file.path()).unwrap();
+        let mut out = vec![0u8; rows.len() * rb];
+        for (&r, dst) in rows.iter().zip(out.chunks_exact_mut(rb)) {
+            f.seek(SeekFrom::Start(t.offset() + r * t.row_bytes()))
+                .unwrap();
+            f.read_exact(dst).unwrap();
         }
         out
     }
@@ -73,10 +98,10 @@ impl Fixture {
     /// Rows whose bytes straddle a page boundary (at most `n`).
     pub fn straddlers(&self, page: u64, n: usize) -> Vec<u64> {
         let t = &self.table;
-        (0..t.n_rows)
+        (0..t.rows())
             .filter(|r| {
-                let s = t.offset + r * t.row_bytes;
-                s / page != (s + t.row_bytes - 1) / page
+                let s = t.offset() + r * t.row_bytes();
+                s / page != (s + t.row_bytes() - 1) / page
             })
             .take(n)
             .collect()
@@ -89,4 +114,5 @@ pub fn bits(v: &[f32]) -> Vec<u32> {
 }
 
 /// A small deterministic generator (no dependency on test order).
+#[allow(unused_imports)]
 pub use pleio_lab::bench::Lcg;

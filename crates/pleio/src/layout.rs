@@ -1,31 +1,29 @@
-//! A [`Table`]: one 2-D tensor of an open model, seen as rows of bytes.
-//!
-//! A table knows where its rows are (shard, byte offset, row bytes, row
-//! count) and their type; it owns no I/O policy.
+//! [`Layout`]: where the rows of one 2-D tensor of an open model are
+//! (shard, byte offset, row bytes, row count) and their type. It owns no
+//! I/O policy; [`crate::Table`] reads through it.
 
-use crate::model::Model;
+use crate::model::{Model, ModelTensor};
 use crate::quant::GgmlType;
 
 /// Name of the per-layer-embedding tensor in `qwen4exp` and `gemma4` files.
 pub const PLE_TENSOR: &str = "per_layer_token_embd.weight";
 
-/// Geometry of one 2-D tensor: `n_rows` rows of `row_elems` elements.
+/// Geometry of one 2-D tensor of an open model: `rows` rows of
+/// `row_elems` elements, `row_bytes` each, from byte `offset` of one shard.
+///
+/// Read-only: a layout is only ever derived from a parsed model
+/// ([`Layout::of_tensor`]), its sizes checked when it is made, so it cannot
+/// describe bytes outside the file it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Table {
-    /// Tensor name.
-    pub name: String,
-    /// Element type.
-    pub ty: GgmlType,
-    /// Elements per row (`ne[0]`).
-    pub row_elems: u64,
-    /// Number of rows (`ne[1]`).
-    pub n_rows: u64,
-    /// Bytes per row.
-    pub row_bytes: u64,
-    /// Index of the shard file holding the tensor.
-    pub shard: usize,
-    /// Absolute byte offset of row 0 in that shard file.
-    pub offset: u64,
+pub struct Layout {
+    name: String,
+    ty: GgmlType,
+    row_elems: u64,
+    rows: u64,
+    row_bytes: u64,
+    bytes: u64,
+    shard: usize,
+    offset: u64,
 }
 
 /// Errors finding or using a table.
@@ -58,6 +56,26 @@ pub enum TableError {
         /// Element type.
         ty: GgmlType,
     },
+    /// The rows hold no bytes (`ne[0]` is 0), so there is nothing to gather.
+    #[error("tensor {name:?} has rows of 0 elements; a table needs at least one element a row")]
+    EmptyRows {
+        /// Tensor name.
+        name: String,
+    },
+    /// The table's size or end offset does not fit in 64 bits.
+    #[error(
+        "tensor {name:?}: {rows} rows of {row_bytes} bytes at offset {offset} overflow 64 bits"
+    )]
+    TooLarge {
+        /// Tensor name.
+        name: String,
+        /// Rows.
+        rows: u64,
+        /// Bytes per row.
+        row_bytes: u64,
+        /// Offset of row 0.
+        offset: u64,
+    },
     /// A row id past the end of the table.
     #[error("row {row} is out of range: tensor {name:?} has {n_rows} rows (valid ids 0..={last})", last = .n_rows.saturating_sub(1))]
     RowOutOfRange {
@@ -70,15 +88,17 @@ pub enum TableError {
     },
 }
 
-impl Table {
-    /// Builds a table from a tensor's name, type, dims and absolute offset.
-    pub fn new(
+impl Layout {
+    /// Builds a layout from a tensor's name, type, dims and absolute
+    /// offset, checking that rows are whole blocks, non-empty, and that the
+    /// table's end fits in 64 bits.
+    pub(crate) fn new(
         name: &str,
         ty: GgmlType,
         dims: &[u64],
         shard: usize,
         offset: u64,
-    ) -> Result<Table, TableError> {
+    ) -> Result<Layout, TableError> {
         let two_d = dims.len() >= 2 && dims[2..].iter().all(|&d| d == 1);
         if !two_d {
             return Err(TableError::NotTwoDimensional {
@@ -86,34 +106,70 @@ impl Table {
                 dims: dims.to_vec(),
             });
         }
-        match ty.row_bytes(dims[0]) {
-            Some(row_bytes) => Ok(Table {
+        let (row_elems, rows) = (dims[0], dims[1]);
+        if row_elems == 0 {
+            return Err(TableError::EmptyRows {
                 name: name.to_string(),
-                ty,
-                row_elems: dims[0],
-                n_rows: dims[1],
+            });
+        }
+        let row_bytes = ty.row_bytes(row_elems).ok_or(TableError::PartialBlock {
+            name: name.to_string(),
+            row_elems,
+            ty,
+        })?;
+        let bytes = rows
+            .checked_mul(row_bytes)
+            .filter(|b| offset.checked_add(*b).is_some())
+            .ok_or(TableError::TooLarge {
+                name: name.to_string(),
+                rows,
                 row_bytes,
-                shard,
                 offset,
-            }),
-            None => Err(TableError::PartialBlock {
-                name: name.to_string(),
-                row_elems: dims[0],
-                ty,
-            }),
+            })?;
+        Ok(Layout {
+            name: name.to_string(),
+            ty,
+            row_elems,
+            rows,
+            row_bytes,
+            bytes,
+            shard,
+            offset,
+        })
+    }
+
+    /// The layout of the tensor `name` of `model`.
+    pub fn of_tensor(model: &Model, name: &str) -> Result<Layout, TableError> {
+        let t = model.tensor(name).ok_or_else(|| TableError::NoSuchTensor {
+            name: name.to_string(),
+            ple_hint: false,
+        })?;
+        Layout::of(t)
+    }
+
+    /// The layout of the model's per-layer-embedding table
+    /// ([`PLE_TENSOR`]).
+    pub fn of_ple(model: &Model) -> Result<Layout, TableError> {
+        let t = model
+            .tensor(PLE_TENSOR)
+            .ok_or_else(|| TableError::NoSuchTensor {
+                name: PLE_TENSOR.to_string(),
+                ple_hint: true,
+            })?;
+        Layout::of(t)
+    }
+
+    /// [`Layout::of_tensor`] when a name is given, else [`Layout::of_ple`]
+    /// (for tools whose `--tensor` is optional).
+    pub fn of_tensor_or_ple(model: &Model, tensor: Option<&str>) -> Result<Layout, TableError> {
+        match tensor {
+            Some(name) => Layout::of_tensor(model, name),
+            None => Layout::of_ple(model),
         }
     }
 
-    /// The table named `name` in `model`, or the PLE table when `None`.
-    pub fn from_model(model: &Model, name: Option<&str>) -> Result<Table, TableError> {
-        let wanted = name.unwrap_or(PLE_TENSOR);
-        let t = model
-            .tensor(wanted)
-            .ok_or_else(|| TableError::NoSuchTensor {
-                name: wanted.to_string(),
-                ple_hint: name.is_none(),
-            })?;
-        Table::new(
+    fn of(t: &ModelTensor) -> Result<Layout, TableError> {
+        Layout::new(
             &t.info.name,
             t.info.ty,
             &t.info.dims,
@@ -122,28 +178,69 @@ impl Table {
         )
     }
 
-    /// Total bytes of the table.
+    /// Tensor name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Element type.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+
+    /// Elements per row (`ne[0]`, at least 1).
+    pub fn row_elems(&self) -> u64 {
+        self.row_elems
+    }
+
+    /// Number of rows (`ne[1]`).
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Bytes per row.
+    pub fn row_bytes(&self) -> u64 {
+        self.row_bytes
+    }
+
+    /// Index of the shard file holding the tensor.
+    pub fn shard(&self) -> usize {
+        self.shard
+    }
+
+    /// Absolute byte offset of row 0 in that shard file.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Total bytes of the table (checked at construction).
     pub fn bytes(&self) -> u64 {
-        self.n_rows * self.row_bytes
+        self.bytes
+    }
+
+    /// Absolute byte range of the table in its shard file.
+    pub fn byte_range(&self) -> std::ops::Range<u64> {
+        self.offset..self.offset + self.bytes
     }
 
     /// Absolute byte offset of `row` in its shard file, or an error naming
     /// the row and the limit.
     pub fn row_offset(&self, row: u64) -> Result<u64, TableError> {
-        if row < self.n_rows {
+        if row < self.rows {
+            // row < rows, so row * row_bytes < bytes and offset + bytes fits.
             Ok(self.offset + row * self.row_bytes)
         } else {
             Err(TableError::RowOutOfRange {
                 name: self.name.clone(),
                 row,
-                n_rows: self.n_rows,
+                n_rows: self.rows,
             })
         }
     }
 
     /// Checks every id of `rows` before any I/O happens.
     pub fn check_rows(&self, rows: &[u64]) -> Result<(), TableError> {
-        match rows.iter().find(|&&r| r >= self.n_rows) {
+        match rows.iter().find(|&&r| r >= self.rows) {
             Some(&row) => self.row_offset(row).map(|_| ()),
             None => Ok(()),
         }
@@ -151,7 +248,7 @@ impl Table {
 
     /// Page geometry of the rows for a given page size.
     pub fn page_geometry(&self, page: u64) -> PageGeometry {
-        PageGeometry::of(self.offset, self.row_bytes, self.n_rows, page)
+        PageGeometry::of(self.offset, self.row_bytes, self.rows, page)
     }
 }
 
@@ -256,13 +353,25 @@ mod tests {
 
     #[test]
     fn rows_are_bounds_checked() {
-        let t = Table::new("t", GgmlType::IQ4_NL, &[160, 10], 0, 64).unwrap();
+        let t = Layout::new("t", GgmlType::IQ4_NL, &[160, 10], 0, 64).unwrap();
         assert_eq!(t.row_offset(9), Ok(64 + 9 * 90));
         let e = t.check_rows(&[1, 10, 3]).unwrap_err();
         assert!(e.to_string().contains("row 10"), "{e}");
         assert!(e.to_string().contains("10 rows"), "{e}");
-        assert!(Table::new("t", GgmlType::IQ4_NL, &[160], 0, 0).is_err());
-        assert!(Table::new("t", GgmlType::IQ4_NL, &[100, 3], 0, 0).is_err());
-        assert!(Table::new("t", GgmlType::IQ4_NL, &[160, 3, 1], 0, 0).is_ok());
+        assert!(Layout::new("t", GgmlType::IQ4_NL, &[160], 0, 0).is_err());
+        assert!(Layout::new("t", GgmlType::IQ4_NL, &[100, 3], 0, 0).is_err());
+        assert!(Layout::new("t", GgmlType::IQ4_NL, &[160, 3, 1], 0, 0).is_ok());
+        assert!(matches!(
+            Layout::new("t", GgmlType::F32, &[0, 3], 0, 0),
+            Err(TableError::EmptyRows { .. })
+        ));
+        assert!(matches!(
+            Layout::new("t", GgmlType::F32, &[1 << 20, 1 << 50], 0, 0),
+            Err(TableError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            Layout::new("t", GgmlType::F32, &[1, 2], 0, u64::MAX - 4),
+            Err(TableError::TooLarge { .. })
+        ));
     }
 }

@@ -1,0 +1,137 @@
+//! f32 to the 16-bit output types, rounding to nearest, ties to even, from
+//! the exact f32 value (what `torch.Tensor.to`, NumPy and `ml_dtypes` do).
+
+/// bf16 bits of `x`, rounded to nearest even. NaN becomes the quiet NaN
+/// `0x7fc0` with `x`'s sign (as `ml_dtypes` and Eigen do).
+#[inline]
+pub fn f32_to_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return ((b >> 16) as u16 & 0x8000) | 0x7fc0;
+    }
+    let lsb = (b >> 16) & 1;
+    // Cannot overflow: the largest finite bits 0x7f7fffff + 0x8000 stays
+    // below 0x80000000 (rounds to infinity, 0x7f80, as it should).
+    ((b + 0x7fff + lsb) >> 16) as u16
+}
+
+/// IEEE binary16 bits of `x`, rounded to nearest even; overflow becomes
+/// infinity, values below half the smallest subnormal become zero. NaN
+/// stays NaN, made quiet, with the top payload bits kept (as x86 F16C
+/// `vcvtps2ph` does).
+#[inline]
+pub fn f32_to_f16(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32;
+    let man = b & 0x7f_ffff;
+    if exp == 0xff {
+        return if man == 0 {
+            sign | 0x7c00
+        } else {
+            sign | 0x7e00 | (man >> 13) as u16
+        };
+    }
+    // Exponent rebiased for binary16.
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    if e <= 0 {
+        // Subnormal (or zero) in binary16: value = m * 2^-24 with
+        // m = (1.man) >> (14 - e); below 2^-25 everything rounds to zero.
+        if e < -10 {
+            return sign;
+        }
+        let m = man | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let half = 1u32 << (shift - 1);
+        let rem = m & ((1u32 << shift) - 1);
+        let mut r = m >> shift;
+        if rem > half || (rem == half && r & 1 == 1) {
+            r += 1;
+        }
+        return sign | r as u16;
+    }
+    let mut r = ((e as u32) << 10) | (man >> 13);
+    let rem = man & 0x1fff;
+    if rem > 0x1000 || (rem == 0x1000 && r & 1 == 1) {
+        // A carry into the exponent is right, up to infinity (0x7c00).
+        r += 1;
+    }
+    sign | r as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::float::{bf16_to_f32, f16_to_f32};
+
+    #[test]
+    fn bf16_rounds_to_nearest_even() {
+        assert_eq!(f32_to_bf16(1.0), 0x3f80);
+        // Exactly halfway between 0x3f80 and 0x3f81: to even (0x3f80).
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8000)), 0x3f80);
+        // Halfway between 0x3f81 and 0x3f82: to even (0x3f82).
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f81_8000)), 0x3f82);
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8001)), 0x3f81);
+        assert_eq!(f32_to_bf16(f32::MAX), 0x7f80);
+        assert_eq!(f32_to_bf16(-0.0), 0x8000);
+        assert_eq!(f32_to_bf16(f32::NAN), 0x7fc0);
+        assert_eq!(f32_to_bf16(-f32::NAN), 0xffc0);
+        assert_eq!(f32_to_bf16(f32::from_bits(1)), 0); // smallest subnormal
+    }
+
+    #[test]
+    fn f16_round_trips_every_half() {
+        for h in 0..=u16::MAX {
+            let x = f16_to_f32(h);
+            let back = f32_to_f16(x);
+            if x.is_nan() {
+                assert!(f16_to_f32(back).is_nan(), "{h:#06x}");
+                assert_eq!(back & 0x8000, h & 0x8000);
+            } else {
+                assert_eq!(back, h, "{h:#06x}");
+            }
+        }
+    }
+
+    #[test]
+    fn f16_rounds_to_nearest_even() {
+        // Midpoints between consecutive halves round to the even one, just
+        // above them up, just below down; across normals and subnormals.
+        for h in (0u16..0x7bff)
+            .step_by(7)
+            .chain([0, 1, 2, 0x3ff, 0x400, 0x7bfe])
+        {
+            let (lo, hi) = (f16_to_f32(h) as f64, f16_to_f32(h + 1) as f64);
+            let mid = ((lo + hi) / 2.0) as f32;
+            assert_eq!(
+                mid as f64,
+                (lo + hi) / 2.0,
+                "midpoint of {h:#x} exact in f32"
+            );
+            let even = if h & 1 == 0 { h } else { h + 1 };
+            assert_eq!(f32_to_f16(mid), even, "{h:#06x}");
+            assert_eq!(f32_to_f16(f32::from_bits(mid.to_bits() + 1)), h + 1);
+            assert_eq!(f32_to_f16(f32::from_bits(mid.to_bits() - 1)), h);
+        }
+        assert_eq!(f32_to_f16(65504.0), 0x7bff);
+        assert_eq!(f32_to_f16(65519.99), 0x7bff);
+        assert_eq!(f32_to_f16(65520.0), 0x7c00);
+        assert_eq!(f32_to_f16(1e-8), 0);
+        assert_eq!(f32_to_f16(-1e-8), 0x8000);
+        assert_eq!(f32_to_f16(f32::INFINITY), 0x7c00);
+        assert_eq!(f32_to_f16(f32::NAN) & 0x7e00, 0x7e00);
+    }
+
+    #[test]
+    fn bf16_matches_widening() {
+        for h in (0..=u16::MAX).step_by(3) {
+            let x = bf16_to_f32(h);
+            if !x.is_nan() {
+                assert_eq!(f32_to_bf16(x), h);
+            }
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! The one tester: every case runs through every table source x strategy
+//! x path (direct call, lookahead) x threads (1, 8) x output type, and must
+//! give exactly what an independent reference gives (plain `read`s and the
+//! scalar decoder). New strategies join through `Strategy::ALL`, output
+//! types through `Dtype::ALL`, sources by a line in `sources()`: nothing
+//! else in this file needs to change.
+
+mod fetch_fixture;
+
+use std::sync::Arc;
+
+use fetch_fixture::{Fixture, Lcg};
+use pleio::quant::convert::{f32_to_bf16, f32_to_f16};
+use pleio::quant::GgmlType;
+use pleio::{sys, Dtype, ErrorKind, Strategy, Table};
+use pleio_lab::synth::SynthSpec;
+
+/// The table sources every case runs on.
+fn sources() -> Vec<(&'static str, Fixture)> {
+    vec![
+        (
+            "qwen4exp IQ4_NL (90-byte rows, some straddle a page)",
+            Fixture::qwen(6000, 11),
+        ),
+        (
+            "qwen4exp Q8_0 (170-byte rows)",
+            Fixture::of_spec(&SynthSpec::qwen(GgmlType::Q8_0, 3000, 12)),
+        ),
+        (
+            "gemma4 Q5_K (7392-byte rows, every one spans 2-3 pages)",
+            Fixture::of_spec(&SynthSpec::gemma(GgmlType::Q5_K, 300, 42, 13)),
+        ),
+    ]
+}
+
+/// How a gather is called.
+#[derive(Debug, Clone, Copy)]
+enum Path {
+    /// `Table::gather_as_with` on the calling thread.
+    Direct,
+    /// `Lookahead::prefetch` then `wait_into` (f32 only: the lookahead hands
+    /// over decoded rows).
+    Lookahead,
+}
+
+/// The row lists every combination must agree on.
+fn cases(fx: &Fixture) -> Vec<(&'static str, Vec<u64>)> {
+    let n = fx.table.rows();
+    let page = sys::page_size();
+    let mut rng = Lcg(7);
+    let random: Vec<u64> = (0..600).map(|_| rng.below(n)).collect();
+    let mut dense: Vec<u64> = (0..n.min(400)).collect();
+    dense.reverse();
+    vec![
+        ("empty batch", vec![]),
+        ("first row", vec![0]),
+        ("last row, ending at EOF", vec![n - 1]),
+        ("duplicates", vec![3, 3, 9, 3, n - 1, 9, n - 1, 0, 0]),
+        ("page straddlers", fx.straddlers(page, 40)),
+        ("random, more than one advice chunk", random),
+        ("dense, reversed (overlapping runs)", dense),
+        ("both ends", vec![n - 1, 0, n - 2, 1]),
+    ]
+}
+
+/// What the reference says `rows` are in `dtype`.
+fn expected(fx: &Fixture, dtype: Dtype, rows: &[u64]) -> Vec<u8> {
+    let f = fx.reference(rows);
+    match dtype {
+        Dtype::F32 => f.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Dtype::Bf16 => f
+            .iter()
+            .flat_map(|&x| f32_to_bf16(x).to_le_bytes())
+            .collect(),
+        Dtype::F16 => f
+            .iter()
+            .flat_map(|&x| f32_to_f16(x).to_le_bytes())
+            .collect(),
+        Dtype::Raw => fx.reference_raw(rows),
+        other => panic!("the tester does not know {other}"),
+    }
+}
+
+/// One gather of `rows` through `path`, as bytes of `dtype`.
+fn run(table: &Table, path: Path, s: Strategy, dtype: Dtype, rows: &[u64]) -> Vec<u8> {
+    let what = format!("{s} {dtype} {path:?}");
+    match path {
+        Path::Direct => {
+            let mut out = vec![0xa5u8; table.out_bytes(dtype, rows.len()).unwrap()];
+            let st = table
+                .gather_as_with(s, dtype, rows, &mut out)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(st.rows, rows.len() as u64, "{what}");
+            out
+        }
+        Path::Lookahead => {
+            let la = table.clone().with_strategy(s).lookahead().unwrap();
+            let mut out = vec![f32::NAN; rows.len() * table.row_elems()];
+            la.prefetch(rows)
+                .wait_into(&mut out)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            out.iter().flat_map(|x| x.to_le_bytes()).collect()
+        }
+    }
+}
+
+/// Every (path, dtype) pair the tester runs.
+fn paths() -> Vec<(Path, Dtype)> {
+    let mut v: Vec<(Path, Dtype)> = Dtype::ALL.iter().map(|&d| (Path::Direct, d)).collect();
+    v.push((Path::Lookahead, Dtype::F32));
+    v
+}
+
+/// Runs every case of one source through every strategy and path, checking
+/// each result (`tag` names the thread).
+fn check_source(name: &str, fx: &Fixture, table: &Table, tag: &str) {
+    for (case, rows) in cases(fx) {
+        for (path, dtype) in paths() {
+            let want = expected(fx, dtype, &rows);
+            for &s in Strategy::ALL {
+                let got = run(table, path, s, dtype, &rows);
+                assert!(
+                    got == want,
+                    "{name}: {case}: {s} {dtype} {path:?} {tag} differs from the reference"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_source_strategy_path_and_dtype_gives_the_reference_bytes() {
+    for (name, fx) in sources() {
+        let table = fx.reader();
+        check_source(name, &fx, &table, "1 thread");
+        // Again, warm, with detailed stats on.
+        check_source(name, &fx, &table.clone().with_detailed_stats(true), "warm");
+    }
+}
+
+#[test]
+fn eight_threads_on_one_table_stay_exact() {
+    for (name, fx) in sources() {
+        let table = Arc::new(fx.reader().with_detailed_stats(true));
+        std::thread::scope(|sc| {
+            for t in 0..8 {
+                let (table, fx) = (table.clone(), &fx);
+                sc.spawn(move || check_source(name, fx, &table, &format!("thread {t} of 8")));
+            }
+        });
+    }
+}
+
+#[test]
+fn bad_ids_and_buffers_fail_before_anything_is_written() {
+    for (name, fx) in sources() {
+        let table = fx.reader();
+        let n = fx.table.rows();
+        for &s in Strategy::ALL {
+            for bad in [n, n + 1, u64::MAX, i64::MIN as u64] {
+                let rows = [0, bad, 1];
+                for &dtype in Dtype::ALL {
+                    let mut out = vec![7u8; table.out_bytes(dtype, rows.len()).unwrap()];
+                    let e = table.gather_as_with(s, dtype, &rows, &mut out).unwrap_err();
+                    assert_eq!(
+                        (e.kind(), e.row()),
+                        (ErrorKind::RowOutOfRange, Some(bad)),
+                        "{name}: {s} {dtype}: {e}"
+                    );
+                    assert!(e.to_string().contains(&bad.to_string()), "{e}");
+                    assert!(out.iter().all(|&b| b == 7), "{name}: {s} {dtype}: written");
+                    let mut short = vec![7u8; table.out_bytes(dtype, 1).unwrap()];
+                    let e = table
+                        .gather_as_with(s, dtype, &[1, 2], &mut short)
+                        .unwrap_err();
+                    assert_eq!(e.kind(), ErrorKind::OutputSize, "{name}: {s} {dtype}");
+                    assert!(short.iter().all(|&b| b == 7));
+                }
+                let la = table.clone().with_strategy(s).lookahead().unwrap();
+                let mut out = vec![7.0f32; rows.len() * table.row_elems()];
+                let e = la.prefetch(&rows).wait_into(&mut out).unwrap_err();
+                let e = pleio::Error::from(e);
+                assert_eq!((e.kind(), e.row()), (ErrorKind::RowOutOfRange, Some(bad)));
+                assert!(
+                    out.iter().all(|&x| x == 7.0),
+                    "{name}: {s} lookahead: written"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn direct_strategies_report_a_truncated_file_as_an_error() {
+    let fx = Fixture::qwen(3000, 4);
+    let n = fx.table.rows();
+    // Cut the file in the middle of the last row, after the model mapped it.
+    let len = fx.file_len();
+    fx.file
+        .as_file()
+        .set_len(len - fx.table.row_bytes() / 2)
+        .unwrap();
+    // `auto` serves rows in the page cache from the mapping (it finds them
+    // with mincore even in a fresh reader), so under truncation it behaves
+    // like `fault`; only the strategies that never map are checked here.
+    for &s in Strategy::ALL
+        .iter()
+        .filter(|s| !s.is_mapped() && **s != Strategy::Auto)
+    {
+        let reader = fx.reader();
+        let mut out = vec![0f32; 2 * reader.row_elems()];
+        let e = reader.gather_with(s, &[0, n - 1], &mut out).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Io, "{s}: {e}");
+        assert!(e.to_string().contains("offset"), "{s}: {e}");
+    }
+}
