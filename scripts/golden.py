@@ -11,7 +11,7 @@ blocks, decodes them with gguf-py and writes, into one directory:
     manifest.txt    one line per type: TYPE seed n_random n_edge
 
 The first n_random blocks are exactly what pleio's
-`quant::random::fill_random_blocks(ty, &mut BlockRng::new(seed), ..)` makes
+`pleio_lab::random::fill_random_blocks(ty, &mut Rng::new(seed), ..)` makes
 (the Rust test checks this too); the n_edge blocks after them put special
 values (zero, -0, subnormals, largest finite, ...) in the scale fields.
 

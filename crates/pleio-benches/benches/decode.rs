@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use pleio::quant::{can_decode, GgmlType, RowDecoder};
-use pleio_lab::random::{fill_random_blocks, BlockRng};
+use pleio_lab::random::{fill_random_blocks, Rng};
 
 const ROWS: usize = 8192;
 
@@ -39,7 +39,7 @@ impl Batch {
         let row_elems = row_elems(ty);
         let row_bytes = row_elems / ty.block_elems() * ty.block_bytes();
         let mut src = vec![0u8; ROWS * row_bytes];
-        fill_random_blocks(ty, &mut BlockRng::new(u64::from(ty.id())), &mut src)
+        fill_random_blocks(ty, &mut Rng::new(u64::from(ty.id())), &mut src)
             .expect("decodable type");
         Batch {
             src,

@@ -16,18 +16,7 @@ use std::time::Instant;
 
 use pleio::fetch::{Strategy, Table};
 use pleio::sys::{self, AdviceMode, OsAdvisor};
-
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
+use pleio_lab::random::Rng;
 
 /// One configuration to measure.
 struct Case {
@@ -52,7 +41,7 @@ struct Bench {
 
 impl Bench {
     fn rows(&self, batch: u64, n: usize, salt: u64) -> Vec<u64> {
-        let mut rng = Lcg(batch * 1_000_003 + n as u64 * 7 + salt);
+        let mut rng = Rng::new(batch * 1_000_003 + n as u64 * 7 + salt);
         (0..n).map(|_| rng.below(self.n_rows)).collect()
     }
 

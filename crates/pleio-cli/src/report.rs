@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output, Stdio};
 
 use anyhow::{bail, Context, Result};
-use pleio_lab::bench::{Machine, TableInfo};
+use pleio::Layout;
+use pleio_lab::bench::Machine;
 use pleio_lab::cgroup::{CgroupVersion, MemCap, MemUsage};
 use serde_json::{json, Value as Json};
 
@@ -25,7 +26,7 @@ pub const SCHEMA: &str = "pleio-report/1";
 
 /// `{"schema", "command", "machine", "file", "table"}`: the part every
 /// report shares.
-pub fn envelope(command: &str, machine: &Machine, file: &Path, t: &TableInfo) -> Json {
+pub fn envelope(command: &str, machine: &Machine, file: &Path, t: &Layout) -> Json {
     let file_bytes = std::fs::metadata(file).map(|m| m.len()).ok();
     json!({
         "schema": SCHEMA,
@@ -39,13 +40,13 @@ pub fn envelope(command: &str, machine: &Machine, file: &Path, t: &TableInfo) ->
         },
         "file": {"path": file.display().to_string(), "bytes": file_bytes},
         "table": {
-            "name": t.name,
-            "type": t.ty,
-            "rows": t.rows,
-            "row_bytes": t.row_bytes,
-            "row_elems": t.row_elems,
-            "bytes": t.bytes,
-            "offset": t.offset,
+            "name": t.name(),
+            "type": t.ty().to_string(),
+            "rows": t.rows(),
+            "row_bytes": t.row_bytes(),
+            "row_elems": t.row_elems(),
+            "bytes": t.bytes(),
+            "offset": t.offset(),
         },
     })
 }

@@ -21,6 +21,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::random::Rng;
 use pleio::gguf::GgufError;
 use pleio::io::{IoError, UringBackend, UringConfig};
 use pleio::layout::{Layout, TableError};
@@ -237,40 +238,6 @@ impl Evictor {
     }
 }
 
-/// The table measured.
-#[derive(Debug, Clone)]
-pub struct TableInfo {
-    /// Tensor name.
-    pub name: String,
-    /// ggml type name.
-    pub ty: String,
-    /// Rows.
-    pub rows: u64,
-    /// Bytes per row.
-    pub row_bytes: u64,
-    /// Floats per row.
-    pub row_elems: u64,
-    /// Table bytes.
-    pub bytes: u64,
-    /// Byte offset of row 0 in its file.
-    pub offset: u64,
-}
-
-impl TableInfo {
-    /// The geometry of `t`.
-    pub fn of(t: &Layout) -> TableInfo {
-        TableInfo {
-            name: t.name().to_string(),
-            ty: t.ty().to_string(),
-            rows: t.rows(),
-            row_bytes: t.row_bytes(),
-            row_elems: t.row_elems(),
-            bytes: t.bytes(),
-            offset: t.offset(),
-        }
-    }
-}
-
 /// One measured arm: one strategy (or `limit`) at one batch size, cold or warm.
 #[derive(Debug, Clone, Default)]
 pub struct Arm {
@@ -337,7 +304,7 @@ pub struct Report {
     /// The file's size.
     pub file_bytes: u64,
     /// The table.
-    pub table: TableInfo,
+    pub table: Layout,
     /// How cold batches were made.
     pub cold: ColdMode,
     /// Seed of the row lists.
@@ -359,21 +326,6 @@ pub struct Progress<'a> {
     pub total: u64,
     /// The current phase (`cold 1792 rows` ...).
     pub phase: &'a str,
-}
-
-/// A small deterministic generator for row lists.
-#[derive(Debug, Clone)]
-pub struct Lcg(pub u64);
-
-impl Lcg {
-    /// A value in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n.max(1)
-    }
 }
 
 /// Warm gathers timed per row list: enough to make a 16-row gather's
@@ -518,8 +470,8 @@ impl Bench {
     }
 
     /// The table's geometry.
-    pub fn table_info(&self) -> TableInfo {
-        TableInfo::of(self.reader.layout())
+    pub fn layout(&self) -> Layout {
+        self.reader.layout().clone()
     }
 
     /// Distinct pages (absolute page indices, sorted) the rows touch.
@@ -537,13 +489,13 @@ impl Bench {
         pages
     }
 
-    fn random_rows(&self, rng: &mut Lcg, n: usize) -> Vec<u64> {
+    fn random_rows(&self, rng: &mut Rng, n: usize) -> Vec<u64> {
         let total = self.reader.layout().rows();
         (0..n).map(|_| rng.below(total)).collect()
     }
 
     /// `n` random rows whose pages `mincore` reports nonresident.
-    fn nonresident_rows(&self, rng: &mut Lcg, n: usize) -> Result<Vec<u64>, BenchError> {
+    fn nonresident_rows(&self, rng: &mut Rng, n: usize) -> Result<Vec<u64>, BenchError> {
         let t = self.reader.layout();
         let m = self
             .reader
@@ -585,7 +537,7 @@ impl Bench {
     /// [`ResidencyCosts`]), on `rows` random rows.
     pub fn residency_costs(&self, rows: usize) -> ResidencyCosts {
         let t = self.reader.layout();
-        let mut rng = Lcg(0x5eed);
+        let mut rng = Rng::new(0x5eed);
         let list = self.random_rows(&mut rng, rows.max(1));
         let n = 100_000;
         let c = Instant::now();
@@ -662,7 +614,7 @@ impl Bench {
         let elems = self.reader.row_elems();
         let mut arms = Vec::new();
         for &n in &cfg.rows {
-            let mut rng = Lcg(cfg.seed ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let mut rng = Rng::new(cfg.seed ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
             let lists: Vec<Vec<u64>> = (0..cfg.batches)
                 .map(|_| self.random_rows(&mut rng, n))
                 .collect();
@@ -781,7 +733,7 @@ impl Bench {
             machine: Machine::detect(),
             file: self.path.clone(),
             file_bytes: std::fs::metadata(&self.path).map_or(0, |m| m.len()),
-            table: self.table_info(),
+            table: self.layout(),
             cold: cfg.cold,
             seed: cfg.seed,
             batches: cfg.batches,

@@ -5,7 +5,7 @@
 //! sensible magnitude, so that decoding gives finite floats. The byte stream
 //! is fully specified, so `scripts/golden.py` reproduces it bit for bit:
 //!
-//! 1. `out` is filled with consecutive [`BlockRng`] (SplitMix64) outputs,
+//! 1. `out` is filled with consecutive [`Rng`] (SplitMix64) outputs,
 //!    each written little-endian; a tail shorter than 8 bytes takes the low
 //!    bytes of one more output. Exactly `out.len().div_ceil(8)` outputs are
 //!    drawn.
@@ -26,16 +26,17 @@
 
 use pleio::quant::{can_decode, DecodeError, GgmlType};
 
-/// SplitMix64: a tiny, fast, seedable generator (not cryptographic).
+/// SplitMix64: the one seeded generator of the lab and the tests (random
+/// blocks, row lists, decode draws); tiny, fast, not cryptographic.
 #[derive(Debug, Clone)]
-pub struct BlockRng {
+pub struct Rng {
     state: u64,
 }
 
-impl BlockRng {
+impl Rng {
     /// A generator whose stream is fixed by `seed`.
     pub fn new(seed: u64) -> Self {
-        BlockRng { state: seed }
+        Rng { state: seed }
     }
 
     /// The next 64 random bits.
@@ -46,6 +47,12 @@ impl BlockRng {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+
+    /// A value in `0..n` (0 for `n == 0`). The modulo bias is below
+    /// `n / 2^64`, negligible for row and token counts.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
     }
 
     /// Fills `out` with random bytes: consecutive outputs, little-endian,
@@ -220,17 +227,13 @@ fn patch_floats(out: &mut [u8], bytes: usize, exp_shift: u32, exp_mask: u32) {
 /// Errors: [`DecodeError::Unsupported`] if pleio cannot decode `ty`, and
 /// [`DecodeError::LengthMismatch`] (with `dst_elems` the elements of the
 /// whole blocks that do fit) if `out` is not a whole number of blocks.
-pub fn fill_random_blocks(
-    ty: GgmlType,
-    rng: &mut BlockRng,
-    out: &mut [u8],
-) -> Result<(), DecodeError> {
+pub fn fill_random_blocks(ty: GgmlType, rng: &mut Rng, out: &mut [u8]) -> Result<(), DecodeError> {
     let rule = match rule(ty) {
         Some(r) if can_decode(ty) => r,
         _ => return Err(DecodeError::Unsupported(ty)),
     };
     let (be, bb) = (ty.block_elems(), ty.block_bytes());
-    if out.len() % bb != 0 {
+    if !out.len().is_multiple_of(bb) {
         return Err(DecodeError::LengthMismatch {
             ty,
             src_bytes: out.len(),
@@ -270,7 +273,7 @@ mod tests {
     fn splitmix64_reference_values() {
         // First outputs of SplitMix64 seeded with 1234567 (the published
         // reference sequence of Vigna's splitmix64.c).
-        let mut r = BlockRng::new(1234567);
+        let mut r = Rng::new(1234567);
         let want = [
             6457827717110365317u64,
             3203168211198807973,
@@ -285,10 +288,10 @@ mod tests {
 
     #[test]
     fn fill_bytes_is_little_endian_with_partial_tail() {
-        let mut a = BlockRng::new(7);
+        let mut a = Rng::new(7);
         let mut buf = [0u8; 11];
         a.fill_bytes(&mut buf);
-        let mut b = BlockRng::new(7);
+        let mut b = Rng::new(7);
         let (x, y) = (b.next_u64().to_le_bytes(), b.next_u64().to_le_bytes());
         assert_eq!(buf[..8], x);
         assert_eq!(buf[8..], y[..3]);
@@ -300,7 +303,7 @@ mod tests {
         assert_eq!(decodable().count(), 26);
         for &t in GgmlType::ALL {
             let mut buf = vec![0u8; t.block_bytes()];
-            let got = fill_random_blocks(t, &mut BlockRng::new(1), &mut buf);
+            let got = fill_random_blocks(t, &mut Rng::new(1), &mut buf);
             if can_decode(t) {
                 assert_eq!(got, Ok(()), "{t}");
             } else {
@@ -312,7 +315,7 @@ mod tests {
     #[test]
     fn rejects_partial_blocks() {
         let mut buf = vec![0u8; 18 + 5];
-        let err = fill_random_blocks(GgmlType::Q4_0, &mut BlockRng::new(1), &mut buf);
+        let err = fill_random_blocks(GgmlType::Q4_0, &mut Rng::new(1), &mut buf);
         assert!(matches!(
             err,
             Err(DecodeError::LengthMismatch {
@@ -323,7 +326,7 @@ mod tests {
         ));
         // Empty output is zero whole blocks.
         assert_eq!(
-            fill_random_blocks(GgmlType::Q4_0, &mut BlockRng::new(1), &mut []),
+            fill_random_blocks(GgmlType::Q4_0, &mut Rng::new(1), &mut []),
             Ok(())
         );
     }
@@ -334,7 +337,7 @@ mod tests {
             let n = 3 * t.block_bytes();
             let gen = |seed| {
                 let mut v = vec![0u8; n];
-                fill_random_blocks(t, &mut BlockRng::new(seed), &mut v).unwrap();
+                fill_random_blocks(t, &mut Rng::new(seed), &mut v).unwrap();
                 v
             };
             assert_eq!(gen(42), gen(42), "{t}");
@@ -344,7 +347,7 @@ mod tests {
 
     #[test]
     fn scale_fields_obey_their_rules() {
-        let mut rng = BlockRng::new(99);
+        let mut rng = Rng::new(99);
         let f16_ok = |h: u16| (5..=16).contains(&((h >> 10) & 0x1f));
         for t in decodable() {
             let mut buf = vec![0u8; 500 * t.block_bytes()];
@@ -402,7 +405,7 @@ mod tests {
         // (bytes, shift, mask) of F32, F16, BF16; every exponent pattern in
         // every lane position, plus random words, and a tail shorter than 8.
         for (bytes, shift, mask) in [(4usize, 23u32, 0xffu32), (2, 10, 0x1f), (2, 7, 0xff)] {
-            let mut rng = BlockRng::new(u64::from(shift));
+            let mut rng = Rng::new(u64::from(shift));
             let mut elems: Vec<u32> = (0..=mask).map(|e| (e << shift) ^ 0x8000_1234).collect();
             elems.extend((0..999).map(|_| rng.next_u64() as u32));
             let lane = if bytes == 4 { u32::MAX } else { 0xffff };
@@ -426,7 +429,7 @@ mod tests {
 
     #[test]
     fn float_elements_are_finite() {
-        let mut rng = BlockRng::new(5);
+        let mut rng = Rng::new(5);
         for (t, bytes) in [(GgmlType::F32, 4), (GgmlType::F16, 2), (GgmlType::BF16, 2)] {
             let mut buf = vec![0u8; 4099 * bytes];
             fill_random_blocks(t, &mut rng, &mut buf).unwrap();
@@ -443,7 +446,7 @@ mod tests {
     /// the scalar reference alike.
     #[test]
     fn random_blocks_decode_to_finite_floats() {
-        let mut rng = BlockRng::new(2024);
+        let mut rng = Rng::new(2024);
         let mut bad = Vec::new();
         for t in decodable() {
             let mut buf = vec![0u8; 64 * t.block_bytes()];

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashSet;
 
 use crate::bench::{self, BenchError, Evictor};
+use crate::random::Rng;
 use pleio::layout::Layout;
 use pleio::lookahead::{Lookahead, LookaheadCounters, LookaheadError};
 use pleio::model::Model;
@@ -194,7 +195,7 @@ pub struct UbatchReport {
     /// Bytes the process read from the device for this ubatch.
     pub read_bytes: Option<u64>,
     /// Major faults the process took for this ubatch.
-    pub major_faults: Option<u64>,
+    pub process_major_faults: Option<u64>,
 }
 
 /// Totals of one phase (prefill or decode).
@@ -222,7 +223,7 @@ pub struct PhaseReport {
     /// Bytes the process read from the device during the phase.
     pub read_bytes: Option<u64>,
     /// Major faults the process took during the phase.
-    pub major_faults: Option<u64>,
+    pub process_major_faults: Option<u64>,
 }
 
 impl PhaseReport {
@@ -340,7 +341,7 @@ impl Replayer {
         let drawn = cfg.decode - follow.len();
         let mut all = Vec::with_capacity(prefill + cfg.decode);
         all.extend_from_slice(&tokens[..prefill + follow.len()]);
-        let mut rng = SplitMix64(cfg.seed);
+        let mut rng = Rng::new(cfg.seed);
         all.extend((0..drawn).map(|_| tokens[rng.below(tokens.len() as u64) as usize]));
 
         let per = self.mapper.rows_per_token();
@@ -467,7 +468,7 @@ impl Replayer {
             steps: ubs.len(),
             wall: prefill_wall,
             read_bytes: prefill_counters.read_bytes,
-            major_faults: prefill_counters.major_faults,
+            process_major_faults: prefill_counters.process_major_faults,
             ..PhaseReport::default()
         };
         for (index, (rows, step)) in ubs.iter().zip(&steps).enumerate() {
@@ -488,7 +489,7 @@ impl Replayer {
                 gather: step.gather,
                 exposed: step.exposed,
                 read_bytes: step.counters.read_bytes,
-                major_faults: step.counters.major_faults,
+                process_major_faults: step.counters.process_major_faults,
             });
         }
         prefill.distinct_rows = seen.len();
@@ -500,7 +501,7 @@ impl Replayer {
             wall: decode_wall,
             latency: Latency::of(&decode_times),
             read_bytes: decode_counters.read_bytes,
-            major_faults: decode_counters.major_faults,
+            process_major_faults: decode_counters.process_major_faults,
             ..PhaseReport::default()
         };
         let mut decode_seen = FxHashSet::default();
@@ -587,24 +588,6 @@ fn sleep_until(deadline: Instant) {
     }
 }
 
-/// SplitMix64, for the seeded decode draws.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        // n is at most a stream length: the modulo bias is negligible.
-        self.next() % n.max(1)
-    }
-}
-
 /// Process-wide I/O and fault counters at one moment (Linux `/proc/self`;
 /// `None` where unavailable).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -613,7 +596,7 @@ pub struct ProcSample {
     /// ([`bench::proc_read_bytes`]; page-cache hits do not count).
     pub read_bytes: Option<u64>,
     /// Major page faults of the process (`majflt` of `/proc/self/stat`).
-    pub major_faults: Option<u64>,
+    pub process_major_faults: Option<u64>,
 }
 
 impl ProcSample {
@@ -621,7 +604,7 @@ impl ProcSample {
     pub fn now() -> ProcSample {
         ProcSample {
             read_bytes: bench::proc_read_bytes(),
-            major_faults: sys::process_major_faults(),
+            process_major_faults: sys::process_major_faults(),
         }
     }
 
@@ -630,7 +613,7 @@ impl ProcSample {
         let d = |a: Option<u64>, b: Option<u64>| Some(a?.saturating_sub(b?));
         ProcSample {
             read_bytes: d(self.read_bytes, earlier.read_bytes),
-            major_faults: d(self.major_faults, earlier.major_faults),
+            process_major_faults: d(self.process_major_faults, earlier.process_major_faults),
         }
     }
 }
@@ -677,9 +660,9 @@ mod tests {
     fn proc_counters_parse_when_present() {
         if std::path::Path::new("/proc/self/io").exists() {
             let s = ProcSample::now();
-            assert!(s.read_bytes.is_some() && s.major_faults.is_some());
+            assert!(s.read_bytes.is_some() && s.process_major_faults.is_some());
             let later = ProcSample::now().since(&s);
-            assert!(later.read_bytes.is_some() && later.major_faults.is_some());
+            assert!(later.read_bytes.is_some() && later.process_major_faults.is_some());
             assert_eq!(s.since(&ProcSample::default()), ProcSample::default());
         }
     }

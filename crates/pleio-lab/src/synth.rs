@@ -3,7 +3,7 @@
 //!
 //! Used by `pleio synth`, the demo and the tests.
 
-use crate::random::{fill_random_blocks, BlockRng};
+use crate::random::{fill_random_blocks, Rng};
 use pleio::gguf::{Array, GgufError, GgufWriter, Sink, Value};
 use pleio::layout::PLE_TENSOR;
 use pleio::ngram::released::*;
@@ -229,7 +229,7 @@ impl SynthSpec {
         }
         let rows_per_chunk = (CHUNK_BYTES as u64 / row_bytes).max(1);
         let mut buf = vec![0u8; (rows_per_chunk * row_bytes) as usize];
-        let mut rng = BlockRng::new(self.seed);
+        let mut rng = Rng::new(self.seed);
         let mut done = 0u64;
         while done < total {
             let n = (total - done).min(buf.len() as u64) as usize;

@@ -9,7 +9,21 @@
 //! them elsewhere; the mapping tracks the fragments still mapped and never
 //! hands out, advises or reads bytes outside them.
 //!
-//! With `sys`, the only module holding `unsafe` (and the io_uring fetcher).
+//! # Safety contract
+//!
+//! A mapping views the file's pages in place: the bytes it hands out change
+//! if another process writes the file, and touching a page past the file's
+//! end after someone shrinks it raises `SIGBUS`. pleio does not make
+//! [`Mapping::map`] `unsafe` (as memmap2 does) because the hazard is the
+//! file's owner's, not the caller's, and is handled where the bytes are
+//! read: the direct strategies never touch the mapping, and the mapped
+//! ones read through the guarded copy of [`crate::sys`] once the hardening
+//! work lands (until then the contract is: the file must not shrink while
+//! it is mapped; see README "Reliability"). Unmapping needs `&mut self`, so
+//! no slice outlives its pages.
+//!
+//! This module may use `unsafe` (raw views of mapped bytes); the system
+//! calls themselves live in [`crate::sys`].
 
 use std::fs::File;
 use std::io;

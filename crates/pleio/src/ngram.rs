@@ -312,12 +312,12 @@ pub mod released {
         if n < 4 {
             return n >= 2;
         }
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             return false;
         }
         let mut d = 3u64;
         while d.saturating_mul(d) <= n {
-            if n % d == 0 {
+            if n.is_multiple_of(d) {
                 return false;
             }
             d += 2;
@@ -719,7 +719,7 @@ impl ModelRows {
                     let layers = k.opt_u32(keys::BLOCK_COUNT)?;
                     let fits = match layers {
                         Some(l) => u64::from(width) * u64::from(l) == row_elems,
-                        None => width != 0 && row_elems % u64::from(width) == 0,
+                        None => width != 0 && row_elems.is_multiple_of(u64::from(width)),
                     };
                     if !fits {
                         return Err(NgramError::RowWidth {

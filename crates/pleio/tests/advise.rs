@@ -8,7 +8,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::sync::Arc;
 
-use fetch_fixture::{bits, Fixture, Lcg};
+use fetch_fixture::{bits, Fixture, Rng};
 use pleio::fetch::GatherError;
 use pleio::map::Mapping;
 use pleio::model::Model;
@@ -157,7 +157,7 @@ fn duplicates_and_overlapping_rows_merge_into_sorted_disjoint_runs() {
 fn one_advice_call_per_chunk_of_256_rows() {
     let fx = Fixture::qwen(50_000, 5);
     let (reader, rec) = recorded(&fx, false);
-    let mut rng = Lcg(9);
+    let mut rng = Rng::new(9);
     let rows: Vec<u64> = (0..600).map(|_| rng.below(fx.table.rows())).collect();
     let (out, st) = gather(&reader, &rows);
     assert_eq!(bits(&out), bits(&fx.reference(&rows)));
@@ -239,7 +239,7 @@ fn injected_advice_failure_is_counted_and_the_gather_stays_exact() {
     let fx = Fixture::qwen(10_000, 7);
     let rec = Arc::new(RecordingAdvisor::failing());
     let reader = fx.reader().with_advisor(rec.clone());
-    let mut rng = Lcg(3);
+    let mut rng = Rng::new(3);
     let rows: Vec<u64> = (0..300).map(|_| rng.below(fx.table.rows())).collect();
     let (out, st) = gather(&reader, &rows);
     assert_eq!(bits(&out), bits(&fx.reference(&rows)));

@@ -10,7 +10,7 @@ use std::io::Cursor;
 
 use pleio::gguf::{Array, GgufError, GgufFile, GgufWriter, Value};
 use pleio::quant::GgmlType;
-use pleio_lab::random::BlockRng;
+use pleio_lab::random::Rng;
 
 // An encoder independent of the library's writer, able to emit anything.
 fn put_u32(out: &mut Vec<u8>, v: u32) {
@@ -100,7 +100,7 @@ fn valid_file() -> Vec<u8> {
     w.begin_data().unwrap();
     let n: u64 = w.tensors().iter().map(|t| t.n_bytes).sum();
     let mut data = vec![0u8; n as usize];
-    BlockRng::new(1).fill_bytes(&mut data);
+    Rng::new(1).fill_bytes(&mut data);
     w.write_tensor_data(&data).unwrap();
     w.finish().unwrap().into_inner()
 }
@@ -500,14 +500,14 @@ fn bad_alignments() {
 fn random_byte_flips_never_panic() {
     let bytes = valid_file();
     let data_offset = GgufFile::parse(&bytes).unwrap().data_offset() as usize;
-    let mut rng = BlockRng::new(0x5eed);
+    let mut rng = Rng::new(0x5eed);
     let mut errors = 0;
     for _ in 0..4000 {
         let mut f = bytes.clone();
         let flips = 1 + rng.next_u64() % 4;
         for _ in 0..flips {
             // Mostly in the header region, where the structure is.
-            let limit = if rng.next_u64() % 8 == 0 {
+            let limit = if rng.next_u64().is_multiple_of(8) {
                 f.len()
             } else {
                 data_offset
@@ -515,7 +515,7 @@ fn random_byte_flips_never_panic() {
             let at = (rng.next_u64() % limit as u64) as usize;
             f[at] ^= 1 << (rng.next_u64() % 8);
         }
-        let cut = if rng.next_u64() % 4 == 0 {
+        let cut = if rng.next_u64().is_multiple_of(4) {
             (rng.next_u64() % f.len() as u64) as usize
         } else {
             f.len()

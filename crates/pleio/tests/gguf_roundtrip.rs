@@ -10,7 +10,7 @@ use pleio::gguf::{
 };
 use pleio::model::Model;
 use pleio::quant::GgmlType;
-use pleio_lab::random::BlockRng;
+use pleio_lab::random::Rng;
 
 /// Metadata with every value type, extremes, empty strings and arrays,
 /// nested arrays.
@@ -101,7 +101,7 @@ fn write_file(
         w.add_tensor(*name, *ty, dims).unwrap();
     }
     w.begin_data().unwrap();
-    let mut rng = BlockRng::new(seed);
+    let mut rng = Rng::new(seed);
     let datas: Vec<Vec<u8>> = w
         .tensors()
         .iter()

@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use pleio::quant::{can_decode, GgmlType, RowDecoder};
-use pleio_lab::random::{fill_random_blocks, BlockRng};
+use pleio_lab::random::{fill_random_blocks, Rng};
 
 /// One manifest line.
 struct Entry {
@@ -117,7 +117,7 @@ fn check_type(dir: &Path, e: &Entry) -> Result<usize, String> {
 
     // The Python generator and fill_random_blocks agree.
     let mut mine = vec![0u8; e.n_random * bb];
-    fill_random_blocks(ty, &mut BlockRng::new(e.seed), &mut mine).map_err(|x| x.to_string())?;
+    fill_random_blocks(ty, &mut Rng::new(e.seed), &mut mine).map_err(|x| x.to_string())?;
     if let Some(i) = mine.iter().zip(&blocks).position(|(a, b)| a != b) {
         errors.push(format!(
             "{ty} generator: fill_random_blocks(seed {}) differs from golden.py at block {}, \

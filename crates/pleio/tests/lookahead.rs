@@ -8,7 +8,7 @@ mod fetch_fixture;
 
 use std::time::Duration;
 
-use fetch_fixture::{bits, Fixture, Lcg};
+use fetch_fixture::{bits, Fixture, Rng};
 use pleio::lookahead::{Lookahead, LookaheadError};
 use pleio::ngram::RowMapper;
 use pleio::sys;
@@ -16,7 +16,7 @@ use pleio::{ErrorKind, Strategy};
 use pleio_lab::replay::{checksum, ProcSample, ReplayConfig, Replayer, CHECKSUM_INIT};
 
 fn random_rows(fx: &Fixture, n: usize, seed: u64) -> Vec<u64> {
-    let mut rng = Lcg(seed);
+    let mut rng = Rng::new(seed);
     (0..n).map(|_| rng.below(fx.table.rows())).collect()
 }
 
@@ -155,7 +155,7 @@ fn errors_surface_at_wait_and_the_worker_goes_on() {
 
 /// A token stream with repeats and resets, valid for any qwen4exp table.
 fn stream(n: usize) -> Vec<u32> {
-    let mut rng = Lcg(77);
+    let mut rng = Rng::new(77);
     (0..n)
         .map(|i| match i % 97 {
             50 => 248_044,

@@ -9,7 +9,7 @@ mod fetch_fixture;
 
 use std::sync::Arc;
 
-use fetch_fixture::{Fixture, Lcg};
+use fetch_fixture::{Fixture, Rng};
 use pleio::quant::convert::{f32_to_bf16, f32_to_f16};
 use pleio::quant::GgmlType;
 use pleio::{sys, Dtype, ErrorKind, Strategy, Table};
@@ -47,7 +47,7 @@ enum Path {
 fn cases(fx: &Fixture) -> Vec<(&'static str, Vec<u64>)> {
     let n = fx.table.rows();
     let page = sys::page_size();
-    let mut rng = Lcg(7);
+    let mut rng = Rng::new(7);
     let random: Vec<u64> = (0..600).map(|_| rng.below(n)).collect();
     let mut dense: Vec<u64> = (0..n.min(400)).collect();
     dense.reverse();

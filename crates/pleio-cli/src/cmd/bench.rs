@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use pleio::fetch::Strategy;
-use pleio_lab::bench::{Arm, Bench, BenchConfig, ColdMode, Machine, Progress, Report, TableInfo};
+use pleio::Layout;
+use pleio_lab::bench::{Arm, Bench, BenchConfig, ColdMode, Machine, Progress, Report};
 use serde_json::{json, Value};
 
 use crate::output::{human_bytes, step_progress, write_atomic};
@@ -115,7 +116,7 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
     let version = report::probe_cap(cap)?;
     let bench =
         Bench::open(&a.file, a.tensor.as_deref()).with_context(|| a.file.display().to_string())?;
-    let info = bench.table_info();
+    let info = bench.layout();
     drop(bench);
     let mut strategies = vec![Strategy::Fault];
     for s in &a.strategies {
@@ -194,20 +195,14 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
     Ok(())
 }
 
-fn print_capped(
-    file: &std::path::Path,
-    t: &TableInfo,
-    cap: u64,
-    runs: &[CappedRun],
-    arms: &[Value],
-) {
+fn print_capped(file: &std::path::Path, t: &Layout, cap: u64, runs: &[CappedRun], arms: &[Value]) {
     println!(
         "{}: {} {} rows x {} B ({}), each strategy in a {} memory cgroup",
         file.display(),
-        t.ty,
-        t.rows,
-        t.row_bytes,
-        human_bytes(t.bytes),
+        t.ty(),
+        t.rows(),
+        t.row_bytes(),
+        human_bytes(t.bytes()),
         human_bytes(cap)
     );
     println!();
@@ -265,10 +260,10 @@ fn print_table(r: &Report) {
     println!(
         "{}: {} {} rows x {} B ({}), cold: {}, {} batches per size, seed {}",
         r.file.display(),
-        t.ty,
-        t.rows,
-        t.row_bytes,
-        human_bytes(t.bytes),
+        t.ty(),
+        t.rows(),
+        t.row_bytes(),
+        human_bytes(t.bytes()),
         r.cold.name(),
         r.batches,
         r.seed

@@ -291,10 +291,10 @@ fn print_summary(path: &Path, report: &Report, replays: &[Replays]) {
     println!(
         "pleio demo: {} ({} rows of {} bytes, {} {}), page cache evicted before every cold run",
         path.display(),
-        t.rows,
-        t.row_bytes,
-        human_bytes(t.bytes),
-        t.ty
+        t.rows(),
+        t.row_bytes(),
+        human_bytes(t.bytes()),
+        t.ty()
     );
     println!(
         "machine: {}, {} cpus, {} RAM, kernel {}\n",

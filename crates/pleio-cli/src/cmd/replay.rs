@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use pleio::fetch::Strategy;
 use pleio::layout::Layout;
 use pleio::model::Model;
-use pleio_lab::bench::{Machine, TableInfo};
+use pleio_lab::bench::Machine;
 use pleio_lab::replay::{
     Eviction, Latency, PhaseReport, ReplayConfig, ReplayReport, Replayer, UbatchReport,
 };
@@ -144,7 +144,7 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
         None => {
             let model = Model::open(&a.file)?;
             let t = Layout::of_ple(&model)?;
-            let mut j = report::envelope("replay", &Machine::detect(), &a.file, &TableInfo::of(&t));
+            let mut j = report::envelope("replay", &Machine::detect(), &a.file, &t);
             j["replays"] = json!([]);
             j
         }
@@ -206,7 +206,7 @@ fn phase_json(p: &PhaseReport) -> Json {
         "wall_ms": ms(p.wall),
         "latency_ms": latency_json(p.latency),
         "read_bytes": p.read_bytes,
-        "major_faults": p.major_faults,
+        "process_major_faults": p.process_major_faults,
     })
 }
 
@@ -221,7 +221,7 @@ fn ubatch_json(u: &UbatchReport) -> Json {
         "gather_ms": ms(u.gather),
         "exposed_ms": ms(u.exposed),
         "read_bytes": u.read_bytes,
-        "major_faults": u.major_faults,
+        "process_major_faults": u.process_major_faults,
     })
 }
 
@@ -241,7 +241,7 @@ fn to_json(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) -> Json {
     let t = r.reader().layout();
     let mut decode = phase_json(&rep.decode);
     decode["drawn_tokens"] = json!(rep.drawn);
-    let mut j = report::envelope("replay", &Machine::detect(), &a.file, &TableInfo::of(t));
+    let mut j = report::envelope("replay", &Machine::detect(), &a.file, t);
     j["replays"] = json!([{
         "architecture": r.mapper().architecture(),
         "strategy": rep.strategy.name(),
@@ -256,7 +256,7 @@ fn to_json(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) -> Json {
         "ubatches": rep.ubatches.iter().map(ubatch_json).collect::<Vec<_>>(),
         "evictions": rep.evictions.iter().map(eviction_json).collect::<Vec<_>>(),
         "read_bytes": sum_opt(rep.prefill.read_bytes, rep.decode.read_bytes),
-        "major_faults": sum_opt(rep.prefill.major_faults, rep.decode.major_faults),
+        "process_major_faults": sum_opt(rep.prefill.process_major_faults, rep.decode.process_major_faults),
         "peak_rss_bytes": rep.peak_rss,
         "checksum": format!("{:016x}", rep.checksum),
         "lookahead_counters": rep.lookahead_counters.map(|c| json!({
@@ -354,7 +354,7 @@ fn print_text(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) {
     println!(
         "  device reads   {}, major faults {}",
         opt_bytes(p.read_bytes),
-        opt(p.major_faults)
+        opt(p.process_major_faults)
     );
     let d = &rep.decode;
     println!("decode   {}  PLE {:.1} ms", rate(d), ms(d.gather));
@@ -362,7 +362,7 @@ fn print_text(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) {
     println!(
         "  device reads   {}, major faults {}, {} of {} rows reused",
         opt_bytes(d.read_bytes),
-        opt(d.major_faults),
+        opt(d.process_major_faults),
         d.reused_rows,
         d.rows
     );

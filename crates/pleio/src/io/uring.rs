@@ -153,7 +153,7 @@ impl UringBackend {
     ///
     /// [`alignment`]: UringBackend::alignment
     pub fn read_pages(&self, pages: &[u64], page_bytes: usize) -> Result<ReadStats, IoError> {
-        if page_bytes == 0 || page_bytes % self.align != 0 {
+        if page_bytes == 0 || !page_bytes.is_multiple_of(self.align) {
             return Err(IoError::DirectUnsupported {
                 path: self.path.clone(),
                 reason: format!(
@@ -533,7 +533,7 @@ fn run_ops(
                 done[i] += res as usize;
                 if done[i] < op.want {
                     stats.short_reads += 1;
-                    if done[i] % align == 0 {
+                    if done[i].is_multiple_of(align) {
                         retry.push(i);
                     } else {
                         // O_DIRECT stopped off alignment: end of file.

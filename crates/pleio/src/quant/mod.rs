@@ -132,7 +132,7 @@ impl RowDecoder {
     /// elements `src` encodes.
     pub fn decode(&self, src: &[u8], dst: &mut [f32]) -> Result<(), DecodeError> {
         let (be, bb) = (self.ty.block_elems(), self.ty.block_bytes());
-        if src.len() % bb != 0 || src.len() / bb * be != dst.len() {
+        if !src.len().is_multiple_of(bb) || src.len() / bb * be != dst.len() {
             return Err(DecodeError::LengthMismatch {
                 ty: self.ty,
                 src_bytes: src.len(),

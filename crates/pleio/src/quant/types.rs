@@ -131,7 +131,7 @@ impl GgmlType {
     /// whole number of blocks or the size overflows.
     pub fn row_bytes(self, elems: u64) -> Option<u64> {
         let be = self.block_elems() as u64;
-        if elems % be != 0 {
+        if !elems.is_multiple_of(be) {
             return None;
         }
         (elems / be).checked_mul(self.block_bytes() as u64)

@@ -115,4 +115,4 @@ pub fn bits(v: &[f32]) -> Vec<u32> {
 
 /// A small deterministic generator (no dependency on test order).
 #[allow(unused_imports)]
-pub use pleio_lab::bench::Lcg;
+pub use pleio_lab::random::Rng;
