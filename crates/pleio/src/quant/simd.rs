@@ -7,6 +7,13 @@
 //! separate IEEE multiply and subtract per lane (no fused multiply-add), so
 //! the outputs are bit-identical. Elsewhere [`kernel`] returns `None` and
 //! the scalar decoders are used.
+//!
+//! # Safety
+//!
+//! The intrinsics are `unsafe` because they need CPU features: a kernel is
+//! only handed out by [`kernel`] after `is_x86_feature_detected!` confirmed
+//! them, and every load and store stays inside the block slices it is given
+//! (lengths checked by the caller, whole blocks only).
 
 use super::{BlockFn, GgmlType};
 

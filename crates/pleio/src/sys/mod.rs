@@ -1,5 +1,16 @@
-//! The only place that talks to the OS about memory and files: page size,
-//! free space, page advice, fault counters and cache eviction.
+//! The only place that talks to the OS: page size, free space, mapping and
+//! unmapping, page advice, residency (`mincore`), `O_DIRECT` alignment
+//! (`statx`), fault counters (`getrusage`, `/proc`), cache eviction and
+//! cgroup joins. A port to another OS touches this folder only.
+//!
+//! # Safety
+//!
+//! Every `unsafe` block of the engine that calls the OS is here, each with
+//! its `// SAFETY:` reason. What this module promises its callers: the safe
+//! functions never touch memory they were not handed (advice and residency
+//! take addresses, never dereference them); the `unsafe fn`s (`unmap`,
+//! `dont_need_shared`) state in their `# Safety` section what the caller
+//! must guarantee about the memory they name.
 //!
 //! One implementation per OS family, chosen at compile time. `stub.rs`
 //! compiles everywhere (it is built in every configuration, so it cannot
