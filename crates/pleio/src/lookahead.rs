@@ -41,7 +41,7 @@ pub enum LookaheadError {
     Gather(#[from] Error),
     /// The worker thread could not be started.
     #[error("cannot start the lookahead worker thread: {0}")]
-    Spawn(#[source] std::io::Error),
+    Spawn(std::io::Error),
     /// The worker thread is gone (it panicked), so the batch was not
     /// fetched.
     #[error("the lookahead worker thread stopped before finishing the batch")]

@@ -47,14 +47,14 @@ pub enum MapError {
         len: u64,
     },
     /// The OS refused the call.
-    #[error("unmapping bytes {start}..{end}: {source}")]
+    #[error("unmapping bytes {start}..{end}: {error}")]
     Io {
         /// Range start.
         start: u64,
         /// Range end (exclusive).
         end: u64,
         /// The OS error.
-        source: io::Error,
+        error: io::Error,
     },
 }
 
@@ -128,7 +128,7 @@ impl Mapping {
         let m = Mapping::map(file).map_err(|source| MapError::Io {
             start: 0,
             end: 0,
-            source,
+            error: source,
         })?;
         for r in lazy {
             m.register_lazy(r.clone(), advisor)?;
@@ -258,7 +258,7 @@ impl Mapping {
                 return Err(MapError::Io {
                     start: s,
                     end: e,
-                    source,
+                    error: source,
                 });
             }
             if f.start < s {

@@ -23,6 +23,10 @@ impl Shard {
     /// Maps and parses the file at `path`.
     fn open(path: &Path) -> Result<Shard, GgufError> {
         let file = File::open(path).map_err(|e| GgufError::io(Some(path), e))?;
+        if file.metadata().is_ok_and(|m| m.is_dir()) {
+            let e = std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory");
+            return Err(GgufError::io(Some(path), e));
+        }
         let map = |file: &File| Mapping::map(file).map_err(|e| GgufError::io(Some(path), e));
         // Parse through a short-lived mapping advised for random access, so
         // reading the header does not pull a readahead window (megabytes)
@@ -181,7 +185,7 @@ impl Model {
                 None => {
                     let p = split_path(&split.stem, no, split.count);
                     match Shard::open(&p) {
-                        Err(GgufError::Io { source, .. })
+                        Err(GgufError::Io { error: source, .. })
                             if source.kind() == std::io::ErrorKind::NotFound =>
                         {
                             return Err(GgufError::MissingShard {

@@ -244,7 +244,7 @@ impl Table {
                         .path()
                         .map(Path::to_path_buf)
                         .unwrap_or_default(),
-                    source,
+                    error: source,
                 });
             }
         };

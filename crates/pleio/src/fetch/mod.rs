@@ -121,7 +121,8 @@ impl FromStr for Strategy {
     }
 }
 
-/// Errors from a gather.
+/// Errors from a gather. Messages include their causes; `source()` does
+/// not repeat them (a printed chain names every cause once).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum GatherError {
@@ -150,15 +151,14 @@ pub enum GatherError {
     },
     /// Reading the rows' bytes from the file failed (e.g. the file is
     /// shorter than its table: an error naming the offset, not SIGBUS).
-    #[error("{backend} read of {path}: {source}")]
+    #[error("{backend} read of {path}: {error}")]
     Read {
         /// The read backend (`pread`, `uring`, `uring-direct`, `pool`).
         backend: &'static str,
         /// The file.
         path: PathBuf,
         /// What went wrong.
-        #[source]
-        source: IoError,
+        error: IoError,
     },
     /// A read backend could not be set up (the file cannot be opened, no
     /// thread could start).

@@ -51,26 +51,26 @@ pub const MAX_ARRAY_DEPTH: usize = 16;
 ///
 /// Byte offsets are from the start of the file. Errors from one file of a
 /// set are wrapped in [`GgufError::InFile`]; [`GgufError::root`] unwraps.
+/// Messages include their causes; `source()` does not repeat them (a
+/// printed chain names every cause once).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum GgufError {
     /// An operating-system error, with the file it concerns when known.
-    #[error("I/O error{}: {source}", on_path(.path))]
+    #[error("I/O error{}: {error}", on_path(.path))]
     Io {
         /// File being read or written.
         path: Option<PathBuf>,
         /// The OS error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// An error inside one file, named by its path.
-    #[error("{}: {source}", .path.display())]
+    #[error("{}: {error}", .path.display())]
     InFile {
         /// The file.
         path: PathBuf,
         /// What is wrong with it.
-        #[source]
-        source: Box<GgufError>,
+        error: Box<GgufError>,
     },
     /// The file does not start with `GGUF`.
     #[error("bad magic {found:02x?} at offset 0 (expected \"GGUF\")")]
@@ -306,7 +306,7 @@ impl GgufError {
     /// The error with any [`GgufError::InFile`] wrappers removed.
     pub fn root(&self) -> &GgufError {
         match self {
-            GgufError::InFile { source, .. } => source.root(),
+            GgufError::InFile { error, .. } => error.root(),
             other => other,
         }
     }
@@ -326,14 +326,17 @@ impl GgufError {
     /// Wraps a file-less error with the file's path.
     pub(crate) fn in_file(self, path: &Path) -> GgufError {
         match self {
-            GgufError::Io { path: None, source } => GgufError::Io {
+            GgufError::Io {
+                path: None,
+                error: source,
+            } => GgufError::Io {
                 path: Some(path.to_path_buf()),
-                source,
+                error: source,
             },
             e if e.path().is_some() => e,
             e => GgufError::InFile {
                 path: path.to_path_buf(),
-                source: Box::new(e),
+                error: Box::new(e),
             },
         }
     }
@@ -341,7 +344,7 @@ impl GgufError {
     pub(crate) fn io(path: Option<&Path>, source: std::io::Error) -> GgufError {
         GgufError::Io {
             path: path.map(Path::to_path_buf),
-            source,
+            error: source,
         }
     }
 }

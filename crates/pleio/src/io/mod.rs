@@ -37,35 +37,35 @@ pub use pread::PreadBackend;
 pub use spans::{PlanError, ReadPlan, RowReads, Span};
 pub use uring::{UringBackend, UringConfig};
 
-/// Errors from reading a plan.
+/// Errors from reading a plan. Each message includes its cause (the OS
+/// error), which `source()` does not return again, so a printed error
+/// chain names every cause once.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum IoError {
     /// The file could not be opened.
-    #[error("cannot open {path}: {source}")]
+    #[error("cannot open {path}: {error}")]
     Open {
         /// The file.
         path: PathBuf,
         /// The OS error.
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// A read failed.
-    #[error("read of {len} bytes at file offset {offset} failed: {source}")]
+    #[error("read of {len} bytes at file offset {offset} failed: {error}")]
     Read {
         /// File offset of the failed read.
         offset: u64,
         /// Bytes asked for.
         len: usize,
         /// The OS error.
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// The file ended before a span did (it is shorter than the plan says,
     /// e.g. truncated).
     #[error("file ends at offset {offset}, but a span needs bytes up to {end}")]
     UnexpectedEof {
-        /// Where the file ended (the first byte that could not be read).
+        /// Where the file ends: its length when the short read was seen.
         offset: u64,
         /// The end of the span that needed it.
         end: u64,
@@ -81,7 +81,7 @@ pub enum IoError {
     /// io_uring cannot be used here (old kernel, seccomp, or
     /// `kernel.io_uring_disabled`): fall back to another backend.
     #[error("io_uring is unavailable: {0}")]
-    UringUnavailable(#[source] io::Error),
+    UringUnavailable(io::Error),
     /// The file system refuses `O_DIRECT` for this file.
     #[error("O_DIRECT reads are not supported for {path}: {reason}")]
     DirectUnsupported {
@@ -91,13 +91,12 @@ pub enum IoError {
         reason: String,
     },
     /// The OS refused a setup step (ring submission, thread creation).
-    #[error("{what}: {source}")]
+    #[error("{what}: {error}")]
     Os {
         /// What was being done.
         what: &'static str,
         /// The OS error.
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
 }
 
@@ -140,7 +139,7 @@ pub trait ReadBackend: Send + Sync {
 fn open(path: &std::path::Path) -> Result<File, IoError> {
     let file = File::open(path).map_err(|source| IoError::Open {
         path: path.to_path_buf(),
-        source,
+        error: source,
     })?;
     crate::sys::random_reads(&file);
     Ok(file)
@@ -155,6 +154,18 @@ fn check_staging(plan: &ReadPlan, staging: &[u8]) -> Result<(), IoError> {
         });
     }
     Ok(())
+}
+
+/// An end-of-file error with the file's real end: a read that returns no
+/// bytes at `at` only says the file ends at or before `at`.
+fn with_file_end(file: &File, e: IoError) -> IoError {
+    match e {
+        IoError::UnexpectedEof { offset, end } => IoError::UnexpectedEof {
+            offset: file.metadata().map_or(offset, |m| m.len().min(offset)),
+            end,
+        },
+        e => e,
+    }
 }
 
 /// Fill `buf` from `file` at `offset`, looping on short reads and `EINTR`;
@@ -172,7 +183,12 @@ fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> Result<ReadStats, 
         let at = offset + done as u64;
         stats.requests += 1;
         match file.read_at(&mut buf[done..], at) {
-            Ok(0) => return Err(IoError::UnexpectedEof { offset: at, end }),
+            Ok(0) => {
+                return Err(with_file_end(
+                    file,
+                    IoError::UnexpectedEof { offset: at, end },
+                ))
+            }
             Ok(n) => {
                 done += n;
                 if done < buf.len() {
@@ -184,7 +200,7 @@ fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> Result<ReadStats, 
                 return Err(IoError::Read {
                     offset: at,
                     len: buf.len() - done,
-                    source,
+                    error: source,
                 })
             }
         }

@@ -70,7 +70,7 @@ impl PoolBackend {
             .build()
             .map_err(|e| IoError::Os {
                 what: "starting reader threads",
-                source: io::Error::other(e),
+                error: io::Error::other(e),
             })?;
         Ok(PoolBackend { file, pool, cfg })
     }

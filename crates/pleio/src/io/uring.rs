@@ -104,7 +104,7 @@ impl UringBackend {
             } else {
                 IoError::Open {
                     path: path.to_path_buf(),
-                    source,
+                    error: source,
                 }
             }
         })?;
@@ -203,7 +203,7 @@ impl UringBackend {
             .map(|m| m.len())
             .map_err(|source| IoError::Os {
                 what: "fstat",
-                source,
+                error: source,
             })
     }
 
@@ -235,6 +235,7 @@ impl UringBackend {
             self.queue_depth(),
             1,
         )
+        .map_err(|e| super::with_file_end(&self.file, e))
     }
 
     fn read_direct(&self, plan: &ReadPlan, staging: &mut [u8]) -> Result<ReadStats, IoError> {
@@ -293,7 +294,8 @@ impl UringBackend {
             &mut ops,
             self.queue_depth(),
             self.align,
-        );
+        )
+        .map_err(|e| super::with_file_end(&self.file, e));
         drop(ops);
         if result.is_ok() {
             let src = scratch.get(scratch_len, self.align.max(4096));
@@ -504,7 +506,7 @@ fn run_ops(
         if let Err(e) = ring.submit_and_wait_one() {
             failed.get_or_insert(IoError::Os {
                 what: "io_uring submit",
-                source: e,
+                error: e,
             });
             // Drain (below, or in Drop) reaps what the kernel accepted.
             ring.drain();
@@ -522,7 +524,7 @@ fn run_ops(
                 failed.get_or_insert(IoError::Read {
                     offset: at,
                     len: dst[i].1 - done[i],
-                    source: io::Error::from_raw_os_error(-res),
+                    error: io::Error::from_raw_os_error(-res),
                 });
             } else if res == 0 {
                 failed.get_or_insert(IoError::UnexpectedEof {
