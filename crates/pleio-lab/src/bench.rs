@@ -40,17 +40,16 @@ pub enum BenchError {
     #[error(transparent)]
     Table(#[from] TableError),
     /// A gather failed.
-    #[error("{strategy}: {source}")]
+    #[error("{strategy}: {error}")]
     Gather {
         /// The strategy.
         strategy: &'static str,
         /// What went wrong.
-        #[source]
-        source: Error,
+        error: Error,
     },
     /// The `limit` arm's `O_DIRECT` reads failed.
     #[error("limit arm (O_DIRECT io_uring): {0}")]
-    Limit(#[source] IoError),
+    Limit(IoError),
     /// The table could not be evicted from the page cache.
     #[error("cannot evict the table from the page cache: {0}")]
     Evict(String),
@@ -79,6 +78,9 @@ pub enum BenchError {
     /// The configuration cannot run.
     #[error("{0}")]
     Config(String),
+    /// The batches would need more memory than the machine has.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
 }
 
 /// How cold batches are made cold.
@@ -176,6 +178,39 @@ impl Machine {
 }
 
 pub use pleio::sys::{peak_rss, process_read_bytes as proc_read_bytes, reset_peak_rss};
+
+/// A buffer too large for this machine, refused before allocating it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} needs {}, more than this machine's {} of memory: ask for less", need.map_or_else(|| "more bytes than 64 bits count".to_string(), |n| format!("{n} bytes")), if *.mem == u64::MAX { "address space".to_string() } else { format!("{} bytes", .mem) })]
+pub struct MemoryError {
+    /// What the memory is for (names the option that sized it).
+    pub what: String,
+    /// Bytes needed (`None`: the count overflowed 64 bits).
+    pub need: Option<u64>,
+    /// The machine's physical memory (`u64::MAX` when unknown).
+    pub mem: u64,
+}
+
+/// Checks that `need` bytes (computed with checked arithmetic: `None` when
+/// it overflowed) fit in this machine's physical memory, before anything
+/// that big is allocated.
+pub fn check_memory(what: impl FnOnce() -> String, need: Option<u64>) -> Result<(), MemoryError> {
+    let mem = match Machine::detect().mem_bytes {
+        0 => u64::MAX,
+        m => m,
+    };
+    // Allocations are also limited to isize::MAX bytes.
+    let limit = mem.min(isize::MAX as u64);
+    match need {
+        Some(n) if n <= limit => Ok(()),
+        _ => Err(MemoryError {
+            what: what(),
+            need,
+            mem,
+        }),
+    }
+}
+
 
 /// Evicts a table's byte range from the page cache and proves it.
 #[derive(Debug)]
@@ -447,9 +482,9 @@ impl Bench {
     pub fn open(path: &Path, tensor: Option<&str>) -> Result<Bench, BenchError> {
         let model = Arc::new(Model::open(path)?);
         let reader =
-            Table::of_tensor_or_ple(model, tensor).map_err(|source| BenchError::Gather {
+            Table::of_tensor_or_ple(model, tensor).map_err(|error| BenchError::Gather {
                 strategy: "open",
-                source,
+                error,
             })?;
         let range = reader.layout().byte_range();
         let page = reader
@@ -574,7 +609,7 @@ impl Bench {
         let (r, sample) = measure(|| self.reader.gather_with(s, rows, out));
         let stats = r.map_err(|source| BenchError::Gather {
             strategy: s.name(),
-            source,
+            error: source,
         })?;
         acc.add(&stats);
         acc.times.push(sample.us);
@@ -612,6 +647,17 @@ impl Bench {
             * (u64::from(cold_on) * (arms_per_batch + u64::from(limit_on)) + arms_per_batch);
         let mut done = 0u64;
         let elems = self.reader.row_elems();
+        for &n in &cfg.rows {
+            // Per batch size: the row lists, two outputs, the page list.
+            let per_row = (cfg.batches as u64)
+                .checked_mul(8)
+                .and_then(|l| l.checked_add((elems as u64).checked_mul(8)?))
+                .and_then(|b| b.checked_add(16));
+            check_memory(
+                || format!("--rows {n} with --batches {}", cfg.batches),
+                per_row.and_then(|b| b.checked_mul(n as u64)),
+            )?;
+        }
         let mut arms = Vec::new();
         for &n in &cfg.rows {
             let mut rng = Rng::new(cfg.seed ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
@@ -763,7 +809,7 @@ impl Bench {
                 .gather_with(Strategy::Fault, rows, reference)
                 .map_err(|source| BenchError::Gather {
                     strategy: "fault",
-                    source,
+                    error: source,
                 })?;
             reference_name = "fault";
         } else if k == 0 {

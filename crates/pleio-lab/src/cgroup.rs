@@ -32,22 +32,22 @@ pub enum CgroupError {
         detail: String,
     },
     /// The group could not be created: not root, or not delegated.
-    #[error("needs root and a memory cgroup controller: cannot create {path}: {source}")]
+    #[error("needs root and a memory cgroup controller: cannot create {path}: {error}")]
     NotPermitted {
         /// The group directory.
         path: PathBuf,
         /// The OS error.
-        source: io::Error,
+        error: io::Error,
     },
     /// A cgroup file could not be read or written.
-    #[error("{action} {path}: {source}")]
+    #[error("{action} {path}: {error}")]
     Io {
         /// What was being done.
         action: &'static str,
         /// The file.
         path: PathBuf,
         /// The OS error.
-        source: io::Error,
+        error: io::Error,
     },
     /// The cap is below [`MIN_CAP`].
     #[error("a memory cap of {bytes} bytes is too small (at least {MIN_CAP} bytes)")]
@@ -138,13 +138,13 @@ impl MemCap {
             io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
                 CgroupError::NotPermitted {
                     path: dir.clone(),
-                    source,
+                    error: source,
                 }
             }
             _ => CgroupError::Io {
                 action: "creating",
                 path: dir.clone(),
-                source,
+                error: source,
             },
         })?;
         let mut cap = MemCap {
@@ -194,12 +194,12 @@ impl MemCap {
             .map_err(|source| CgroupError::Io {
                 action: "opening",
                 path: path.clone(),
-                source,
+                error: source,
             })?;
         pleio::sys::join_cgroup_on_spawn(cmd, procs).map_err(|source| CgroupError::Io {
             action: "joining",
             path,
-            source,
+            error: source,
         })?;
         Ok(cmd)
     }
@@ -256,7 +256,7 @@ impl MemCap {
                     return Err(CgroupError::Io {
                         action: "removing",
                         path: self.dir.clone(),
-                        source,
+                        error: source,
                     })
                 }
             }
@@ -268,7 +268,7 @@ impl MemCap {
         fs::read_to_string(&path).map_err(|source| CgroupError::Io {
             action: "reading",
             path,
-            source,
+            error: source,
         })
     }
 
@@ -277,7 +277,7 @@ impl MemCap {
         s.trim().parse().map_err(|_| CgroupError::Io {
             action: "parsing",
             path: self.dir.join(file),
-            source: io::Error::new(io::ErrorKind::InvalidData, format!("not a number: {s:?}")),
+            error: io::Error::new(io::ErrorKind::InvalidData, format!("not a number: {s:?}")),
         })
     }
 
@@ -296,7 +296,7 @@ fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
     fs::write(path, value).map_err(|source| CgroupError::Io {
         action: "writing",
         path: path.to_path_buf(),
-        source,
+        error: source,
     })
 }
 

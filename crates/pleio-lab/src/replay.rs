@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashSet;
 
-use crate::bench::{self, BenchError, Evictor};
+use crate::bench::{self, check_memory, BenchError, Evictor, MemoryError};
 use crate::random::Rng;
 use pleio::layout::Layout;
 use pleio::lookahead::{Lookahead, LookaheadCounters, LookaheadError};
@@ -29,6 +29,10 @@ use pleio::model::Model;
 use pleio::ngram::{ModelRows, NgramError, RowMapper};
 use pleio::sys;
 use pleio::{Error, Strategy, Table};
+
+/// Most tokens one replay plans (prefill and decode together, 4 Mi), and
+/// the most the CLI reads from one token stream.
+pub const MAX_TOKENS: usize = 1 << 22;
 
 /// Errors from planning or running a replay.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +44,17 @@ pub enum ReplayError {
     /// A ubatch of zero tokens was asked for.
     #[error("the ubatch size must be at least 1 token")]
     ZeroUbatch,
+    /// More tokens than [`MAX_TOKENS`] (prefill plus decode steps).
+    #[error("{prefill} prefill tokens and {decode} decode steps are more than {MAX_TOKENS} tokens, the most one replay takes")]
+    TooManyTokens {
+        /// Prefill tokens.
+        prefill: usize,
+        /// Decode steps asked for.
+        decode: usize,
+    },
+    /// A buffer would not fit in memory.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
     /// More prefill tokens were asked for than the stream has.
     #[error("{prefill} prefill tokens asked for, but the stream has {tokens}")]
     PrefillTooLong {
@@ -111,7 +126,8 @@ pub struct ReplayPlan {
     pub prefill: usize,
     /// Decode tokens drawn from the stream because it ran out.
     pub drawn: usize,
-    /// Tokens per ubatch.
+    /// Tokens per ubatch (the configured size, or the whole prefill when
+    /// that is shorter).
     pub ubatch: usize,
     /// Row ids per token.
     pub rows_per_token: usize,
@@ -337,17 +353,30 @@ impl Replayer {
                 tokens: tokens.len(),
             });
         }
-        let follow = &tokens[prefill..tokens.len().min(prefill.saturating_add(cfg.decode))];
+        let total = prefill
+            .checked_add(cfg.decode)
+            .filter(|&n| n <= MAX_TOKENS)
+            .ok_or(ReplayError::TooManyTokens {
+                prefill,
+                decode: cfg.decode,
+            })?;
+        // A ubatch never holds more than the whole prefill.
+        let ubatch = cfg.ubatch.min(prefill.max(1));
+        let follow = &tokens[prefill..tokens.len().min(total)];
         let drawn = cfg.decode - follow.len();
-        let mut all = Vec::with_capacity(prefill + cfg.decode);
+        let per = self.mapper.rows_per_token();
+        check_memory(
+            || format!("the row ids of {total} tokens"),
+            (total as u64).checked_mul(per as u64 * 8),
+        )?;
+        let mut all = Vec::with_capacity(total);
         all.extend_from_slice(&tokens[..prefill + follow.len()]);
         let mut rng = Rng::new(cfg.seed);
         all.extend((0..drawn).map(|_| tokens[rng.below(tokens.len() as u64) as usize]));
 
-        let per = self.mapper.rows_per_token();
         let mut seq = self.mapper.sequence();
         let mut rows = Vec::with_capacity(all.len().saturating_mul(per));
-        for ub in all[..prefill].chunks(cfg.ubatch) {
+        for ub in all[..prefill].chunks(ubatch) {
             seq.map_tokens(ub, &mut rows)?;
         }
         for t in &all[prefill..] {
@@ -357,7 +386,7 @@ impl Replayer {
             tokens: all,
             prefill,
             drawn,
-            ubatch: cfg.ubatch,
+            ubatch,
             rows_per_token: per,
             rows,
         })
@@ -398,7 +427,17 @@ impl Replayer {
             None
         };
         let elems = self.reader.row_elems();
-        let mut out = vec![0f32; plan.ubatch * plan.rows_per_token * elems];
+        // One buffer of the largest gather: a ubatch, or a decode step.
+        let out_floats = plan
+            .ubatch
+            .max(1)
+            .checked_mul(plan.rows_per_token)
+            .and_then(|r| r.checked_mul(elems));
+        check_memory(
+            || format!("a ubatch of {} tokens", plan.ubatch),
+            out_floats.and_then(|f| (f as u64).checked_mul(4)),
+        )?;
+        let mut out = vec![0f32; out_floats.unwrap_or(0)];
         let mut sum = CHECKSUM_INIT;
 
         // Prefill.

@@ -30,12 +30,12 @@ pub const DEFAULT_BUCKETS: usize = 64;
 #[non_exhaustive]
 pub enum ResidencyError {
     /// Opening or mapping the file failed.
-    #[error("mapping {what}: {source}")]
+    #[error("mapping {what}: {error}")]
     Io {
         /// The file (path or description).
         what: String,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The byte range does not lie inside the file.
     #[error("byte range {start}..{end} is outside the file of {len} bytes")]
@@ -119,7 +119,7 @@ impl PageSnapshot {
     pub fn take(file: &File) -> Result<PageSnapshot, ResidencyError> {
         let map = Mapping::map(file).map_err(|source| ResidencyError::Io {
             what: "the file".to_owned(),
-            source,
+            error: source,
         })?;
         let page = map.page_size();
         let mut buf = Vec::new();
@@ -224,15 +224,15 @@ pub fn scan_file(
 fn open(path: &Path) -> Result<File, ResidencyError> {
     File::open(path).map_err(|source| ResidencyError::Io {
         what: path.display().to_string(),
-        source,
+        error: source,
     })
 }
 
 fn in_file(path: &Path) -> impl Fn(ResidencyError) -> ResidencyError + '_ {
     move |e| match e {
-        ResidencyError::Io { source, .. } => ResidencyError::Io {
+        ResidencyError::Io { error: source, .. } => ResidencyError::Io {
             what: path.display().to_string(),
-            source,
+            error: source,
         },
         other => other,
     }
@@ -288,8 +288,12 @@ pub fn scan_path(
     };
     let mut snaps = Vec::with_capacity(files.len());
     for f in &files {
-        // A missing sibling is reported by Model::open below, by name.
-        if let Ok(file) = File::open(f) {
+        // A missing sibling (or a directory) is reported by Model::open
+        // below, by name.
+        let file = File::open(f)
+            .ok()
+            .filter(|f| f.metadata().is_ok_and(|m| m.is_file()));
+        if let Some(file) = file {
             snaps.push((f.clone(), PageSnapshot::take(&file).map_err(in_file(f))?));
         }
     }

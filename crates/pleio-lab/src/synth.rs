@@ -9,9 +9,11 @@ use pleio::layout::PLE_TENSOR;
 use pleio::ngram::released::*;
 use pleio::quant::{can_decode, DecodeError, GgmlType};
 
-/// Elements per row of a Gemma 4 PLE table with `n_layer` layers.
+/// Elements per row of a Gemma 4 PLE table with `n_layer` layers
+/// (saturating: [`SynthSpec::row_bytes`] refuses layer counts that do not
+/// fit the file's `u32` key).
 pub fn gemma_row_elems(n_layer: u64) -> u64 {
-    GEMMA_PER_LAYER * n_layer
+    GEMMA_PER_LAYER.saturating_mul(n_layer)
 }
 
 /// True if `ty` can hold a qwen4exp row (160 elements is whole blocks).
@@ -79,6 +81,13 @@ pub enum SynthError {
         /// Least rows allowed.
         min: u64,
     },
+    /// A gemma4 layer count of 0 or more than `u32::MAX` (the
+    /// `block_count` key is a `u32`).
+    #[error("{layers} layers: gemma4 needs 1 to {} layers", u32::MAX)]
+    BadLayers {
+        /// Layers asked for.
+        layers: u64,
+    },
     /// The type has no decoder, so no valid random blocks can be made.
     #[error(transparent)]
     Decode(#[from] DecodeError),
@@ -125,6 +134,11 @@ impl SynthSpec {
 
     /// Bytes per row, or an error if the type cannot hold the row.
     pub fn row_bytes(&self) -> Result<u64, SynthError> {
+        if self.arch == Arch::Gemma4 && !(1..=u64::from(u32::MAX)).contains(&self.gemma_layers) {
+            return Err(SynthError::BadLayers {
+                layers: self.gemma_layers,
+            });
+        }
         self.ty
             .row_bytes(self.row_elems())
             .filter(|&b| b > 0)
@@ -197,7 +211,14 @@ impl SynthSpec {
                         k("embedding_length_per_layer_input"),
                         Value::U32(GEMMA_PER_LAYER as u32),
                     ),
-                    (k("block_count"), Value::U32(self.gemma_layers as u32)),
+                    (
+                        k("block_count"),
+                        Value::U32(u32::try_from(self.gemma_layers).map_err(|_| {
+                            SynthError::BadLayers {
+                                layers: self.gemma_layers,
+                            }
+                        })?),
+                    ),
                     (
                         k("vocab_size"),
                         Value::U32(self.rows.min(u32::MAX as u64) as u32),
@@ -221,14 +242,21 @@ impl SynthSpec {
         }
         w.add_tensor(PLE_TENSOR, self.ty, &[self.row_elems(), self.rows])?;
         w.begin_data()?;
-        let total = row_bytes * self.rows;
+        // add_tensor checked that the table's bytes fit in 64 bits.
+        let total = row_bytes.saturating_mul(self.rows);
         if self.sparse {
             w.skip_tensor_data(total)?;
             progress(total);
             return Ok(w.finish()?);
         }
-        let rows_per_chunk = (CHUNK_BYTES as u64 / row_bytes).max(1);
-        let mut buf = vec![0u8; (rows_per_chunk * row_bytes) as usize];
+        // Whole rows per chunk; rows larger than a chunk go in whole blocks.
+        let chunk = if row_bytes <= CHUNK_BYTES as u64 {
+            (CHUNK_BYTES as u64 / row_bytes) * row_bytes
+        } else {
+            let bb = self.ty.block_bytes() as u64;
+            (CHUNK_BYTES as u64 / bb).max(1) * bb
+        };
+        let mut buf = vec![0u8; chunk as usize];
         let mut rng = Rng::new(self.seed);
         let mut done = 0u64;
         while done < total {

@@ -142,7 +142,7 @@ impl std::error::Error for Error {}
 impl From<GgufError> for Error {
     fn from(e: GgufError) -> Error {
         let kind = match &e {
-            GgufError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+            GgufError::Io { error, .. } if error.kind() == io::ErrorKind::NotFound => {
                 ErrorKind::NotFound
             }
             GgufError::MissingShard { .. } => ErrorKind::NotFound,
@@ -205,8 +205,8 @@ impl From<GatherError> for Error {
                 let (kind, offset, path) = match &e {
                     GatherError::OutsideFile { offset, .. }
                     | GatherError::Unmapped { offset, .. } => (ErrorKind::Io, Some(*offset), None),
-                    GatherError::Read { path, source, .. } => {
-                        let offset = match source {
+                    GatherError::Read { path, error, .. } => {
+                        let offset = match error {
                             IoError::Read { offset, .. }
                             | IoError::UnexpectedEof { offset, .. } => Some(*offset),
                             _ => None,
