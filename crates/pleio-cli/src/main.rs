@@ -1,6 +1,8 @@
 //! `pleio`: inspect GGUF embedding tables, write synthetic ones, and gather rows.
 
 mod cmd;
+mod lists;
+mod outfile;
 mod output;
 mod plot;
 mod report;

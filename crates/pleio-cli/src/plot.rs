@@ -3,8 +3,9 @@
 //!
 //! Drawn with `plotters`' SVG backend only: no bitmap, font or system
 //! libraries. Text goes into the SVG as `<text>` for the viewer to render.
-//! Every chart is written atomically (a temporary file renamed into place)
-//! and replaces an existing file of the same name.
+//! Every chart is written by [`crate::outfile`]'s rules (a temporary file
+//! renamed into place) and replaces an existing regular file of the same
+//! name, never a symbolic link or a device.
 
 // Used by `pleio demo` (latency and ubatch charts) and `pleio residency`.
 
@@ -16,7 +17,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::output::write_atomic;
+use crate::outfile::{write_file, Replace};
 
 /// Chart size in pixels.
 const SIZE: (u32, u32) = (960, 600);
@@ -60,7 +61,7 @@ fn render(
         draw(&root)?;
         root.present().map_err(draw_err)?;
     }
-    write_atomic(out, true, |w| w.write_all(svg.as_bytes()))
+    write_file(out, Replace::Always, |w| w.write_all(svg.as_bytes()))
 }
 
 /// `lo..hi` widened by `factor` on each side of a log axis.
@@ -483,7 +484,15 @@ mod tests {
         for tick in ["16", "1792", "8192"] {
             assert!(svg.contains(&format!("\n{tick}\n</text>")), "tick {tick}");
         }
-        assert!(!dir.join("latency.svg.partial").exists());
+        // No temporary file is left beside the chart.
+        let temps = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                name.to_string_lossy().ends_with(".pleio-tmp")
+            })
+            .count();
+        assert_eq!(temps, 0);
     }
 
     /// Lines of `svg` holding both `tag` and `attr`.

@@ -159,25 +159,11 @@ pub fn probe_cap(cap: u64) -> Result<CgroupVersion> {
     Ok(version)
 }
 
-/// Where a capped child's report comes from.
-pub enum ReportFrom {
-    /// The child prints it on stdout.
-    Stdout,
-    /// The child writes it to this file.
-    File(PathBuf),
-}
-
 /// Runs this program again with `args` inside a fresh memory cgroup capped
 /// at `cap`, after evicting `file` from the page cache (pages cached and
 /// charged elsewhere would not count against the cap), and collects the
-/// child's report and the group's memory use.
-pub fn run_capped(
-    cap: u64,
-    label: &str,
-    file: &Path,
-    args: &[OsString],
-    from: ReportFrom,
-) -> Result<CappedRun> {
+/// child's report (the JSON it prints on stdout) and the group's memory use.
+pub fn run_capped(cap: u64, label: &str, file: &Path, args: &[OsString]) -> Result<CappedRun> {
     let f = File::open(file).with_context(|| file.display().to_string())?;
     let len = f.metadata()?.len();
     pleio::sys::evict(&f, 0..len)
@@ -198,18 +184,10 @@ pub fn run_capped(
     } = cmd.output().context("running the capped child")?;
     let usage = group.usage().context("--mem-cap")?;
     group.remove().context("--mem-cap")?;
-    let report = if status.success() {
-        let text = match &from {
-            ReportFrom::Stdout => Some(stdout),
-            ReportFrom::File(p) => std::fs::read(p).ok(),
-        };
-        text.and_then(|t| serde_json::from_slice::<Json>(&t).ok())
-    } else {
-        None
-    };
-    if let ReportFrom::File(p) = &from {
-        let _ = std::fs::remove_file(p);
-    }
+    let report = status
+        .success()
+        .then(|| serde_json::from_slice::<Json>(&stdout).ok())
+        .flatten();
     Ok(CappedRun {
         label: label.to_string(),
         usage,

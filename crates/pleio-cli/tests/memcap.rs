@@ -118,3 +118,41 @@ fn capped_bench_and_replay_stay_within_a_cap_smaller_than_the_table() {
     assert_eq!(j["replays"][0]["strategy"], "pread");
     assert_eq!(j["replays"][0]["prefill"]["tokens"], 1024);
 }
+
+/// Issue 14 / 9: capped bench children wrote their report through
+/// `File::create` at `$TMPDIR/pleio-capped-{pid}-{i}.json.partial`, a name
+/// anyone could predict: a symbolic link planted there made (root) pleio
+/// overwrite the link's target. The children now print their report on a
+/// pipe; links planted at every old name leave their targets untouched.
+#[test]
+fn capped_bench_follows_no_link_planted_at_a_predictable_name() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let d = dir.path();
+    let f = d.join("q.gguf");
+    ok(&["synth", "--rows", "20000", "-o", p(&f)]);
+    if let Some(why) = no_cgroup(&f) {
+        eprintln!("skipped: no memory cgroup here: {why}");
+        return;
+    }
+    let tmp = d.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let victim = d.join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pleio"))
+        .args(["bench", p(&f), "--rows", "16", "--batches", "1"])
+        .args(["--strategies", "fault,pread", "--mem-cap", "64M"])
+        .env("TMPDIR", &tmp)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The parent probes the cgroup, opens and evicts the table before its
+    // first child runs: the links are in place long before.
+    for i in 0..2 {
+        let name = tmp.join(format!("pleio-capped-{}-{i}.json.partial", child.id()));
+        std::os::unix::fs::symlink(&victim, name).unwrap();
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+}

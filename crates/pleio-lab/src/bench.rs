@@ -211,7 +211,6 @@ pub fn check_memory(what: impl FnOnce() -> String, need: Option<u64>) -> Result<
     }
 }
 
-
 /// Evicts a table's byte range from the page cache and proves it.
 #[derive(Debug)]
 pub struct Evictor {

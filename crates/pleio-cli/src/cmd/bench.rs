@@ -9,8 +9,20 @@ use pleio::Layout;
 use pleio_lab::bench::{Arm, Bench, BenchConfig, ColdMode, Machine, Progress, Report};
 use serde_json::{json, Value};
 
-use crate::output::{human_bytes, step_progress, write_atomic};
+use crate::outfile::{self, write_file, Replace};
+use crate::output::{human_bytes, step_progress};
 use crate::report::{self, CappedRun};
+
+/// Appends one formatted line to a `String`.
+macro_rules! outln {
+    ($o:expr) => {
+        $o.push('\n')
+    };
+    ($o:expr, $($t:tt)*) => {{
+        $o.push_str(&format!($($t)*));
+        $o.push('\n');
+    }};
+}
 
 /// Measure gather latency of every strategy, cold and warm, against the
 /// device floor (`limit`: the same batches' distinct pages read with
@@ -47,14 +59,17 @@ pub struct Args {
     /// Any 2-D tensor to read instead of `per_layer_token_embd.weight`.
     #[arg(long)]
     tensor: Option<String>,
-    /// Also write the results as JSON to this file.
+    /// Also write the results as JSON to this file (`-`: standard output,
+    /// the table then goes to stderr).
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Overwrite an existing JSON file.
+    /// Overwrite an existing JSON file (only if no other writer replaced it
+    /// while this one ran).
     #[arg(long)]
     force: bool,
     /// Draw mean latency per strategy per batch size: cold arms (with the
-    /// `limit` floor) to this SVG file, warm arms to `OUT-warm.svg`.
+    /// `limit` floor) to this SVG file, warm arms to `OUT-warm.svg` (both
+    /// replaced if they are regular files).
     #[arg(long, value_name = "OUT.svg")]
     plot: Option<PathBuf>,
     /// Run each strategy in its own memory cgroup capped at this size (e.g.
@@ -67,7 +82,30 @@ pub struct Args {
     no_limit: bool,
 }
 
+/// Checks the outputs can be written before anything is measured.
+fn check_outputs(a: &Args) -> Result<()> {
+    if let Some(path) = &a.json {
+        outfile::check(path, Replace::IfForced(a.force))?;
+    }
+    if let Some(out) = &a.plot {
+        outfile::check_chart(out)?;
+        outfile::check_chart(&report::warm_path(out))?;
+    }
+    Ok(())
+}
+
+/// Prints the text report: on stdout, or on stderr when the JSON report
+/// goes to stdout (`--json -`).
+fn show(a: &Args, text: &str) {
+    if a.json.as_deref() == Some(std::path::Path::new("-")) {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
+    }
+}
+
 pub fn run(a: Args) -> Result<()> {
+    check_outputs(&a)?;
     if let Some(cap) = a.mem_cap {
         return run_capped(&a, cap);
     }
@@ -89,7 +127,9 @@ pub fn run(a: Args) -> Result<()> {
     });
     bar.finish_and_clear();
     let report = report.with_context(|| a.file.display().to_string())?;
-    print_table(&report);
+    let mut text = String::new();
+    print_table(&mut text, &report);
+    show(&a, &text);
     finish(&a, &to_json(&report))
 }
 
@@ -97,7 +137,7 @@ pub fn run(a: Args) -> Result<()> {
 fn finish(a: &Args, j: &Value) -> Result<()> {
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(j)?;
-        write_atomic(path, a.force, |w| {
+        write_file(path, Replace::IfForced(a.force), |w| {
             w.write_all(text.as_bytes())?;
             w.write_all(b"\n")
         })?;
@@ -134,23 +174,17 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
     ]);
     let mut runs = Vec::new();
     let mut arms = Vec::new();
-    for (i, s) in strategies.iter().enumerate() {
+    for s in &strategies {
         eprintln!("{s}: measuring inside a {} memory cap", human_bytes(cap));
-        let json =
-            std::env::temp_dir().join(format!("pleio-capped-{}-{i}.json", std::process::id()));
+        // The child prints its report on stdout (a pipe to this process):
+        // no file of a predictable name is involved.
         let mut args = base.clone();
         args.extend(["--strategies".into(), s.name().into()]);
-        args.extend(["--json".into(), json.clone().into_os_string()]);
+        args.extend(["--json".into(), "-".into()]);
         if *s != Strategy::Fault {
             args.push("--no-limit".into());
         }
-        let run = report::run_capped(
-            cap,
-            s.name(),
-            &a.file,
-            &args,
-            report::ReportFrom::File(json),
-        )?;
+        let run = report::run_capped(cap, s.name(), &a.file, &args)?;
         if let Some(r) = &run.report {
             arms.extend(
                 r["arms"]
@@ -187,7 +221,9 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
     j["seed"] = json!(a.seed);
     j["arms"] = json!(arms);
     j["mem_cap"] = report::mem_cap_json(cap, version, &runs);
-    print_capped(&a.file, &info, cap, &runs, &arms);
+    let mut text = String::new();
+    print_capped(&mut text, &a.file, &info, cap, &runs, &arms);
+    show(a, &text);
     finish(a, &j)?;
     if let Some(r) = runs.iter().find(|r| r.outcome() == "failed") {
         bail!("capped run failed: {}", r.summary());
@@ -195,8 +231,16 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
     Ok(())
 }
 
-fn print_capped(file: &std::path::Path, t: &Layout, cap: u64, runs: &[CappedRun], arms: &[Value]) {
-    println!(
+fn print_capped(
+    o: &mut String,
+    file: &std::path::Path,
+    t: &Layout,
+    cap: u64,
+    runs: &[CappedRun],
+    arms: &[Value],
+) {
+    outln!(
+        o,
         "{}: {} {} rows x {} B ({}), each strategy in a {} memory cgroup",
         file.display(),
         t.ty(),
@@ -205,9 +249,10 @@ fn print_capped(file: &std::path::Path, t: &Layout, cap: u64, runs: &[CappedRun]
         human_bytes(t.bytes()),
         human_bytes(cap)
     );
-    println!();
-    println!("| strategy | outcome | peak | cap | limit hits | rows | cold mean us | warm mean us | vs limit |");
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    outln!(o);
+    outln!(
+        o,"| strategy | outcome | peak | cap | limit hits | rows | cold mean us | warm mean us | vs limit |");
+    outln!(o, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
     let us = |v: &Value| v.as_f64().map_or_else(|| "-".into(), |x| format!("{x:.1}"));
     for run in runs {
         let u = &run.usage;
@@ -227,12 +272,13 @@ fn print_capped(file: &std::path::Path, t: &Layout, cap: u64, runs: &[CappedRun]
             u.limit_hits
         );
         if sizes.is_empty() {
-            println!("{head} - | - | - | - |");
+            outln!(o, "{head} - | - | - | - |");
         }
         for n in sizes {
             let find = |cold: bool| mine.iter().find(|x| x["rows"] == n && x["cold"] == cold);
             let cold = find(true);
-            println!(
+            outln!(
+                o,
                 "{head} {n} | {} | {} | {} |",
                 cold.map_or_else(|| "-".into(), |x| us(&x["mean_us"])),
                 find(false).map_or_else(|| "-".into(), |x| us(&x["mean_us"])),
@@ -254,10 +300,11 @@ fn ratio(r: Option<f64>) -> String {
     r.map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
 }
 
-fn print_table(r: &Report) {
+fn print_table(o: &mut String, r: &Report) {
     let t = &r.table;
     let m = &r.machine;
-    println!(
+    outln!(
+        o,
         "{}: {} {} rows x {} B ({}), cold: {}, {} batches per size, seed {}",
         r.file.display(),
         t.ty(),
@@ -268,7 +315,8 @@ fn print_table(r: &Report) {
         r.batches,
         r.seed
     );
-    println!(
+    outln!(
+        o,
         "machine: {}, {} CPUs, {} RAM, Linux {}, page {} B",
         m.cpu,
         m.cpus,
@@ -276,30 +324,39 @@ fn print_table(r: &Report) {
         m.kernel,
         m.page_bytes
     );
-    println!();
-    println!("| strategy | rows | cold | mean us | median us | p99 us | us/row | pages | read from device | major faults | requests | advice fail | peak RSS | vs fault | vs limit |");
-    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    outln!(o);
+    outln!(
+        o,"| strategy | rows | cold | mean us | median us | p99 us | us/row | pages | read from device | major faults | requests | advice fail | peak RSS | vs fault | vs limit |");
+    outln!(
+        o,
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for arm in &r.arms {
-        print_arm(arm);
+        print_arm(o, arm);
     }
     let c = &r.residency;
-    println!();
-    println!(
+    outln!(o);
+    outln!(
+        o,
         "residency checks: clock read {:.0} ns (auto: one per 8 warm rows), mincore of one row {:.2} us, mincore of the whole table {:.1} ms",
         c.clock_ns, c.mincore_row_us, c.mincore_table_ms
     );
     if r.arms.iter().any(|a| a.fallback) {
-        println!("note: some arms ran on a fallback backend (io_uring or O_DIRECT unavailable)");
+        outln!(
+            o,
+            "note: some arms ran on a fallback backend (io_uring or O_DIRECT unavailable)"
+        );
     }
 }
 
-fn print_arm(a: &Arm) {
+fn print_arm(o: &mut String, a: &Arm) {
     let name = if a.fallback {
         format!("{} (fallback)", a.strategy)
     } else {
         a.strategy.to_string()
     };
-    println!(
+    outln!(
+        o,
         "| {name} | {} | {} | {:.1} | {:.1} | {:.1} | {:.3} | {:.0} | {} | {:.1} | {:.0} | {} | {} | {} | {} |",
         a.rows,
         if a.cold { "cold" } else { "warm" },

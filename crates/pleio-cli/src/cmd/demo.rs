@@ -23,7 +23,8 @@ use pleio_lab::synth::SynthSpec;
 use serde_json::{json, Value as Json};
 
 use super::rows::corpus_tokens;
-use crate::output::{byte_progress, human_bytes, step_progress, write_atomic, AtomicOutput};
+use crate::outfile::{self, write_file, OutFile, Replace};
+use crate::output::{byte_progress, human_bytes, step_progress};
 use crate::plot;
 
 /// Show what gathering PLE rows costs on this machine, strategy by
@@ -62,7 +63,8 @@ pub struct Args {
     /// Strategies to compare (fault is always included).
     #[arg(long, value_delimiter = ',')]
     strategies: Option<Vec<Strategy>>,
-    /// Also write everything as JSON to this file (the bench/replay schema).
+    /// Also write everything as JSON to this file (the bench/replay schema;
+    /// a regular file there is replaced).
     #[arg(long)]
     json: Option<PathBuf>,
 }
@@ -103,7 +105,7 @@ fn ensure_table(path: &Path, rows: u64) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     if let Some(free) = pleio::sys::free_bytes(dir) {
-        if free < bytes + (64 << 20) {
+        if free < bytes.saturating_add(64 << 20) {
             bail!(
                 "the demo table needs {} in {} but only {} is free: pass a smaller --size or another --dir",
                 human_bytes(bytes),
@@ -117,14 +119,18 @@ fn ensure_table(path: &Path, rows: u64) -> Result<()> {
         path.display(),
         human_bytes(bytes)
     );
-    let (out, file) = AtomicOutput::create(path, true)?;
+    let out = OutFile::create(path, Replace::Always)?;
+    let file = out.file().try_clone()?;
     let bar = byte_progress(bytes, "synth");
-    let sink = spec.write(BufWriter::with_capacity(4 << 20, file), &mut |d| {
-        bar.set_position(d)
-    })?;
+    let sink = spec
+        .write(BufWriter::with_capacity(4 << 20, file), &mut |d| {
+            bar.set_position(d)
+        })
+        .with_context(|| format!("writing {}", path.display()))?;
     bar.finish_and_clear();
-    let file = sink.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
+    sink.into_inner()
+        .map_err(|e| e.into_error())
+        .with_context(|| format!("writing {}", path.display()))?;
     out.commit()
 }
 
@@ -137,6 +143,12 @@ struct Replays {
 
 pub fn run(a: Args) -> Result<()> {
     let started = Instant::now();
+    if let Some(out) = &a.json {
+        if out.as_os_str() == "-" {
+            bail!("--json needs a file name: the demo's summary already goes to standard output");
+        }
+        outfile::check(out, Replace::Always)?;
+    }
     let dir = cache_dir(a.dir.clone())?;
     let rows = rows_for(a.size);
     let path = dir.join(format!("demo-qwen4exp-IQ4_NL-{rows}.gguf"));
@@ -170,7 +182,7 @@ pub fn run(a: Args) -> Result<()> {
     // 2. The bundled corpus, cold and warm, through every strategy.
     let tok = QwenTokenizer::shared()?;
     let mut tokens = corpus_tokens(tok, false)?;
-    tokens.truncate(a.tokens + a.decode);
+    tokens.truncate(a.tokens.saturating_add(a.decode));
     let mut replays = Vec::new();
     let pb = step_progress(
         2 * report_strategies(&report).len() as u64,
@@ -235,7 +247,7 @@ pub fn run(a: Args) -> Result<()> {
     );
     if let Some(out) = &a.json {
         let j = to_json(&path, &report, &replays);
-        write_atomic(out, true, |w| {
+        write_file(out, Replace::Always, |w| {
             serde_json::to_writer_pretty(&mut *w, &j)?;
             writeln!(w)
         })?;

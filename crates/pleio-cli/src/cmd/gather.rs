@@ -1,17 +1,19 @@
 //! `pleio gather`: decode rows of a table to little-endian f32.
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use pleio::fetch::{GatherStats, Strategy, Table};
 use pleio::layout::Layout;
 use pleio::model::Model;
 use serde_json::json;
 
-use crate::output::write_atomic;
+use crate::lists::{read_row_list, MAX_ROW_IDS};
+use crate::outfile::{self, OutFile, Replace};
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Format {
@@ -21,11 +23,33 @@ enum Format {
     Npy,
 }
 
+/// Most rows decoded per gather call: the ids are gathered and written in
+/// chunks of at most this many rows and [`CHUNK_BYTES`] decoded bytes, so
+/// memory stays bounded whatever the number of ids.
+pub const CHUNK_ROWS: usize = 1 << 16;
+
+/// Most decoded bytes held per chunk (64 MiB).
+const CHUNK_BYTES: u64 = 64 << 20;
+
+/// Largest decoded row gather accepts (1 GiB): a bigger row is an error
+/// before any output is created.
+const MAX_ROW_OUT_BYTES: u64 = 1 << 30;
+
 /// Gather rows of a table (the PLE table by default) and write them as
 /// little-endian f32 in request order, duplicates repeated.
 ///
-/// A row out of range is an error naming the row and the limit (exit status
-/// 2), and no output file is left behind.
+/// Every id is checked before the output is created: a row out of range is
+/// an error naming the row and the limit (exit status 2), and nothing is
+/// written. An empty row list is an error too (no empty output is made).
+/// At most 67108864 ids per run; rows are gathered and written in chunks of
+/// up to 65536 rows (and 64 MiB decoded), so memory stays bounded.
+///
+/// The output is written under a temporary name beside it and renamed into
+/// place when complete; an existing file is replaced only with --force,
+/// and only if no other writer replaced it meanwhile. `-` is standard
+/// output; character devices and FIFOs (also through a symbolic link, such
+/// as /dev/stdout on a pipe) are written directly; other symbolic links are
+/// refused, never replaced.
 #[derive(clap::Args)]
 pub struct Args {
     /// A GGUF file, or any shard of a split set.
@@ -38,7 +62,8 @@ pub struct Args {
         required_unless_present = "rows_file"
     )]
     rows: Vec<u64>,
-    /// File of row ids separated by whitespace or commas (or a JSON array).
+    /// File of row ids separated by whitespace or commas (or a JSON array);
+    /// `-` reads standard input. At most 67108864 ids.
     #[arg(long)]
     rows_file: Option<PathBuf>,
     /// Any 2-D tensor to read instead of `per_layer_token_embd.weight`.
@@ -53,72 +78,131 @@ pub struct Args {
     /// Overwrite an existing output file.
     #[arg(long)]
     force: bool,
-    /// Print what the gather did (as JSON with --json).
+    /// Print what the gather did (as JSON with --json; on stderr when the
+    /// output is standard output).
     #[arg(long)]
     stats: bool,
     /// Print the stats as JSON.
     #[arg(long)]
     json: bool,
-    /// Output file.
+    /// Output file (`-`: standard output).
     #[arg(short = 'o', long = "output")]
     output: PathBuf,
 }
 
-/// Parses row ids separated by whitespace and/or commas, with optional
-/// surrounding `[` `]` (so a JSON array works too).
-pub fn parse_row_list(text: &str, source: &str) -> Result<Vec<u64>> {
-    let body = text.trim();
-    let body = body
-        .strip_prefix('[')
-        .and_then(|b| b.strip_suffix(']'))
-        .unwrap_or(body);
-    body.split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|s| !s.is_empty())
-        .enumerate()
-        .map(|(i, s)| {
-            s.parse::<u64>()
-                .with_context(|| format!("{source}: item {} ({s:?}) is not a row id", i + 1))
-        })
-        .collect()
-}
-
-pub fn run(a: Args) -> Result<()> {
+/// The row ids of `--rows` or `--rows-file`, at most [`MAX_ROW_IDS`].
+fn row_ids(a: &Args) -> Result<Vec<u64>> {
     let rows = match &a.rows_file {
+        Some(p) if p == Path::new("-") => {
+            read_row_list(std::io::stdin().lock(), "standard input", MAX_ROW_IDS)?
+        }
         Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            parse_row_list(&text, &p.display().to_string())?
+            let f = File::open(p).with_context(|| format!("reading {}", p.display()))?;
+            read_row_list(f, &p.display().to_string(), MAX_ROW_IDS)?
+        }
+        None if a.rows.len() > MAX_ROW_IDS => {
+            bail!("--rows: more than {MAX_ROW_IDS} ids, the most one list may hold")
         }
         None => a.rows.clone(),
     };
+    if rows.is_empty() {
+        bail!("no row ids to gather: the row list is empty (pleio writes no empty output)");
+    }
+    Ok(rows)
+}
+
+/// Rows per chunk for rows of `row_out` decoded bytes.
+fn chunk_rows(row_out: u64) -> usize {
+    usize::try_from(CHUNK_BYTES / row_out.max(1))
+        .unwrap_or(usize::MAX)
+        .clamp(1, CHUNK_ROWS)
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let rows = row_ids(&a)?;
+    let replace = Replace::IfForced(a.force);
+    outfile::check(&a.output, replace)?;
     let model = Arc::new(Model::open(&a.file)?);
     let reader = Table::of_tensor_or_ple(model, a.tensor.as_deref())
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?
         .with_detailed_stats(a.stats || a.json);
-    let elems = reader.row_elems();
-    let mut out = vec![0f32; rows.len() * elems];
+    let t = reader.layout();
     // Every id is checked before any output is created.
-    let stats = reader.gather_with(a.strategy, &rows, &mut out)?;
-    write_atomic(&a.output, a.force, |w| {
-        if a.format == Format::Npy {
-            write_npy_header(w, rows.len(), elems)?;
-        }
-        let mut buf = Vec::with_capacity(out.len().min(1 << 18) * 4);
-        for chunk in out.chunks(1 << 18) {
-            buf.clear();
-            buf.extend(chunk.iter().flat_map(|x| x.to_le_bytes()));
-            w.write_all(&buf)?;
-        }
-        Ok(())
-    })?;
+    t.check_rows(&rows)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
+    let row_out = t
+        .row_elems()
+        .checked_mul(4)
+        .filter(|&b| b <= MAX_ROW_OUT_BYTES)
+        .with_context(|| {
+            format!(
+                "{}: tensor {:?}: a row of {} elements decodes to more than {} GiB, \
+                 the most pleio gathers at once",
+                a.file.display(),
+                t.name(),
+                t.row_elems(),
+                MAX_ROW_OUT_BYTES >> 30
+            )
+        })?;
+    let elems = reader.row_elems();
+    let chunk = chunk_rows(row_out);
+
+    let out = OutFile::create(&a.output, replace)?;
+    let to_stdout = out.is_stdout();
+    let write_err = || format!("writing {}", a.output.display());
+    let mut w = BufWriter::with_capacity(1 << 20, out.file());
+    if a.format == Format::Npy {
+        write_npy_header(&mut w, rows.len(), elems).with_context(write_err)?;
+    }
+    let mut floats = vec![0f32; chunk * elems];
+    let mut bytes = Vec::with_capacity(floats.len() * 4);
+    let mut stats = GatherStats::default();
+    for ids in rows.chunks(chunk) {
+        let dst = &mut floats[..ids.len() * elems];
+        let s = reader.gather_with(a.strategy, ids, dst)?;
+        add_stats(&mut stats, &s);
+        bytes.clear();
+        bytes.extend(dst.iter().flat_map(|x| x.to_le_bytes()));
+        w.write_all(&bytes).with_context(write_err)?;
+    }
+    w.flush().with_context(write_err)?;
+    drop(w);
+    out.commit()?;
     if a.stats || a.json {
-        print_stats(&a, reader.layout(), &stats);
+        let text = stats_text(&a, t, &stats, rows.len().div_ceil(chunk));
+        if to_stdout {
+            eprint!("{text}");
+        } else {
+            print!("{text}");
+        }
     }
     Ok(())
 }
 
-/// Prints what the gather did: one JSON object with `--json`, else lines.
-fn print_stats(a: &Args, table: &Layout, stats: &GatherStats) {
+/// Adds one chunk's stats to the run's.
+fn add_stats(total: &mut GatherStats, s: &GatherStats) {
+    let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) => Some(a.saturating_add(b)),
+        (a, b) => a.or(b),
+    };
+    total.rows = total.rows.saturating_add(s.rows);
+    total.bytes = total.bytes.saturating_add(s.bytes);
+    total.pages = sum(total.pages, s.pages);
+    total.runs_advised = total.runs_advised.saturating_add(s.runs_advised);
+    total.advice_syscalls = total.advice_syscalls.saturating_add(s.advice_syscalls);
+    total.advice_failures = total.advice_failures.saturating_add(s.advice_failures);
+    total.major_faults = sum(total.major_faults, s.major_faults);
+    total.cold_rows = total.cold_rows.saturating_add(s.cold_rows);
+    total.found_resident = total.found_resident.saturating_add(s.found_resident);
+    total.read_requests = total.read_requests.saturating_add(s.read_requests);
+    total.read_bytes = total.read_bytes.saturating_add(s.read_bytes);
+    total.backend = total.backend.or(s.backend);
+    total.fallback |= s.fallback;
+    total.rearmed |= s.rearmed;
+}
+
+/// What the gather did: one JSON line with `--json`, else lines of text.
+fn stats_text(a: &Args, table: &Layout, stats: &GatherStats, chunks: usize) -> String {
     if a.json {
         let j = json!({
             "strategy": a.strategy.name(),
@@ -137,43 +221,51 @@ fn print_stats(a: &Args, table: &Layout, stats: &GatherStats) {
             "backend": stats.backend,
             "fallback": stats.fallback,
             "rearmed": stats.rearmed,
+            "chunks": chunks,
             "output": a.output.display().to_string(),
         });
-        println!("{j}");
-        return;
+        return format!("{j}\n");
     }
     let opt = |v: Option<u64>| v.map_or_else(|| "n/a".to_string(), |v| v.to_string());
-    println!(
-        "gathered {} rows ({} row bytes) of {} with strategy {} into {}",
-        stats.rows,
-        stats.bytes,
-        table.name(),
-        a.strategy,
-        a.output.display()
-    );
-    println!("  rows requested   {}", stats.rows);
-    println!("  distinct pages   {}", opt(stats.pages));
-    println!("  runs advised     {}", stats.runs_advised);
-    println!("  advice syscalls  {}", stats.advice_syscalls);
-    println!("  advice failures  {}", stats.advice_failures);
-    println!("  major faults     {}", opt(stats.major_faults));
-    println!("  rows read cold   {}", stats.cold_rows);
-    println!(
-        "  found resident   {} (auto: unknown rows mincore found cached)",
-        stats.found_resident
-    );
-    println!(
-        "  read requests    {} ({} bytes)",
-        stats.read_requests, stats.read_bytes
-    );
-    println!(
-        "  backend          {}{}",
-        stats.backend.unwrap_or("none (mapped)"),
-        if stats.fallback { " (fallback)" } else { "" }
-    );
+    let mut lines = vec![
+        format!(
+            "gathered {} rows ({} row bytes) of {} with strategy {} into {}",
+            stats.rows,
+            stats.bytes,
+            table.name(),
+            a.strategy,
+            a.output.display()
+        ),
+        format!("  rows requested   {}", stats.rows),
+        format!("  distinct pages   {}", opt(stats.pages)),
+        format!("  runs advised     {}", stats.runs_advised),
+        format!("  advice syscalls  {}", stats.advice_syscalls),
+        format!("  advice failures  {}", stats.advice_failures),
+        format!("  major faults     {}", opt(stats.major_faults)),
+        format!("  rows read cold   {}", stats.cold_rows),
+        format!(
+            "  found resident   {} (auto: unknown rows mincore found cached)",
+            stats.found_resident
+        ),
+        format!(
+            "  read requests    {} ({} bytes)",
+            stats.read_requests, stats.read_bytes
+        ),
+        format!(
+            "  backend          {}{}",
+            stats.backend.unwrap_or("none (mapped)"),
+            if stats.fallback { " (fallback)" } else { "" }
+        ),
+    ];
     if stats.rearmed {
-        println!("  rearmed          yes (auto found pages evicted behind its back)");
+        lines.push("  rearmed          yes (auto found pages evicted behind its back)".into());
     }
+    if chunks > 1 {
+        lines.push(format!(
+            "  chunks           {chunks} (distinct pages are counted per chunk and summed)"
+        ));
+    }
+    lines.join("\n") + "\n"
 }
 
 /// NumPy format 1.0 header for a C-order `<f4` array of `(rows, cols)`.
@@ -194,19 +286,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn row_lists_parse_in_every_form() {
-        assert_eq!(parse_row_list("1,5 9\n2", "x").unwrap(), vec![1, 5, 9, 2]);
-        assert_eq!(parse_row_list("[3, 4]", "x").unwrap(), vec![3, 4]);
-        assert_eq!(parse_row_list("  ", "x").unwrap(), Vec::<u64>::new());
-        let e = parse_row_list("1,-2", "f.txt").unwrap_err().to_string();
-        assert!(e.contains("f.txt") && e.contains("item 2"), "{e}");
-    }
-
-    #[test]
     fn npy_header_is_aligned() {
         let mut v = Vec::new();
         write_npy_header(&mut v, 3, 160).unwrap();
         assert_eq!(v.len() % 64, 0);
         assert!(v.ends_with(b"\n"));
+    }
+
+    #[test]
+    fn chunks_bound_rows_and_bytes() {
+        assert_eq!(chunk_rows(640), CHUNK_ROWS);
+        assert_eq!(chunk_rows(256 * 42 * 4), (64 << 20) / (256 * 42 * 4));
+        assert_eq!(chunk_rows(MAX_ROW_OUT_BYTES), 1);
+        assert_eq!(chunk_rows(0), CHUNK_ROWS);
     }
 }

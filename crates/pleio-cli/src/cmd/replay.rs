@@ -15,6 +15,7 @@ use pleio_lab::replay::{
 use serde_json::{json, Value as Json};
 
 use super::rows::Input;
+use crate::outfile;
 use crate::output::human_bytes;
 use crate::report;
 
@@ -76,8 +77,11 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    if !(a.compute_ms.is_finite() && a.compute_ms >= 0.0) {
-        bail!("--compute-ms must be a non-negative number of milliseconds");
+    let compute = Duration::try_from_secs_f64(a.compute_ms / 1e3)
+        .ok()
+        .context("--compute-ms must be a non-negative number of milliseconds (at most 2^64 s)")?;
+    if let Some(out) = &a.plot {
+        outfile::check_chart(out)?;
     }
     if let Some(cap) = a.mem_cap {
         return run_capped(&a, cap);
@@ -94,7 +98,7 @@ pub fn run(a: Args) -> Result<()> {
         strategy: a.strategy,
         cold: a.cold,
         lookahead: a.lookahead,
-        compute: Duration::from_secs_f64(a.compute_ms / 1e3),
+        compute,
         seed: a.seed,
     };
     let plan = replayer.plan(&tokens, &cfg).with_context(|| name.clone())?;
@@ -124,8 +128,9 @@ fn plot(a: &Args, j: &Json) -> Result<()> {
 /// `--mem-cap`: the same replay by a child of this program in a capped
 /// cgroup; its report plus `mem_cap`.
 fn run_capped(a: &Args, cap: u64) -> Result<()> {
-    if a.input.tokens.as_deref() == Some(std::path::Path::new("-")) {
-        bail!("--mem-cap cannot pass stdin on to the capped run: give --tokens a file");
+    let stdin = Some(std::path::Path::new("-"));
+    if a.input.tokens.as_deref() == stdin || a.input.text.as_deref() == stdin {
+        bail!("--mem-cap cannot pass stdin on to the capped run: give --tokens or --text a file");
     }
     let version = report::probe_cap(cap)?;
     let mut args =
@@ -138,7 +143,7 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
             human_bytes(cap)
         );
     }
-    let run = report::run_capped(cap, label, &a.file, &args, report::ReportFrom::Stdout)?;
+    let run = report::run_capped(cap, label, &a.file, &args)?;
     let mut j = match &run.report {
         Some(r) => r.clone(),
         None => {

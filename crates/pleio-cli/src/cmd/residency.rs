@@ -8,6 +8,7 @@ use pleio::model::Model;
 use pleio_lab::residency::{scan_path, Residency, DEFAULT_BUCKETS};
 use serde_json::{json, Value as Json};
 
+use crate::outfile;
 use crate::output::human_bytes;
 use crate::plot;
 
@@ -29,7 +30,8 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
-    /// Also draw the heat strip as an SVG chart (replaced if present).
+    /// Also draw the heat strip as an SVG chart (a regular file there is
+    /// replaced; symbolic links and special files are not).
     #[arg(long, value_name = "OUT.svg")]
     plot: Option<PathBuf>,
 }
@@ -40,6 +42,9 @@ const SHADES: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇',
 pub fn run(a: Args) -> Result<()> {
     if a.buckets == 0 {
         bail!("--buckets must be at least 1");
+    }
+    if let Some(out) = &a.plot {
+        outfile::check_chart(out)?;
     }
     let (model, table, r) = scan_path(&a.file, a.tensor.as_deref(), a.buckets)?;
     if let Some(out) = &a.plot {

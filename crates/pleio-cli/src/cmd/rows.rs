@@ -4,8 +4,8 @@
 //! (`--text`, `--tokens`, `--corpus`, `--ordinary`; flatten it into a
 //! command's args), [`parse_token_list`] and the embedded [`CORPUS`].
 
-use std::io::{self, BufWriter, Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -13,7 +13,10 @@ use pleio::layout::Layout;
 use pleio::model::Model;
 use pleio::ngram::{ModelRows, RowMapper};
 use pleio::tokenizer::{QwenTokenizer, ENDOFTEXT_ID};
+use pleio_lab::replay::MAX_TOKENS;
 use serde_json::Value as Json;
+
+use crate::lists::{parse_row_list, read_bounded_text};
 
 /// Embeds the listed files of `corpus/` (repository root), in order.
 macro_rules! corpus {
@@ -63,11 +66,12 @@ pub const CORPUS: &[(&str, &str)] = corpus![
 #[command(group = clap::ArgGroup::new("input").required(true).args(["text", "tokens", "corpus"]))]
 pub struct Input {
     /// UTF-8 text to tokenize with the model's tokenizer (qwen4exp's
-    /// Qwen3.5/3.6 BPE, built in; `-` reads stdin).
+    /// Qwen3.5/3.6 BPE, built in; `-` reads stdin). At most 64 MiB.
     #[arg(long, value_name = "FILE")]
     pub text: Option<PathBuf>,
     /// Token ids: whitespace- or comma-separated, a JSON array, or
-    /// `{"tokens": [...]}` (`-` reads stdin).
+    /// `{"tokens": [...]}` (`-` reads stdin). At most 64 MiB and 4194304
+    /// tokens.
     #[arg(long, value_name = "FILE")]
     pub tokens: Option<PathBuf>,
     /// The bundled corpus (licence texts, docs, source code, a chat): each
@@ -82,17 +86,29 @@ pub struct Input {
 impl Input {
     /// The token stream for a model mapped by `rows`; text needs the
     /// model's tokenizer, which pleio has for qwen4exp only.
+    ///
+    /// Inputs are read up to [`crate::lists::MAX_INPUT_BYTES`] and streams of more than
+    /// [`MAX_TOKENS`] tokens are refused.
     pub fn load(&self, rows: &ModelRows) -> Result<Vec<u32>> {
-        if let Some(path) = &self.tokens {
-            let text = read_input(path)?;
-            return parse_token_list(&text, &path.display().to_string());
+        let tokens = if let Some(path) = &self.tokens {
+            let text = read_bounded_text(path, "--tokens")?;
+            parse_token_list(&text, &path.display().to_string())?
+        } else {
+            let tok = tokenizer_for(rows)?;
+            if let Some(path) = &self.text {
+                let text = read_bounded_text(path, "--text")?;
+                encode(tok, &text, self.ordinary).with_context(|| path.display().to_string())?
+            } else {
+                corpus_tokens(tok, self.ordinary)?
+            }
+        };
+        if tokens.len() > MAX_TOKENS {
+            bail!(
+                "the token stream has {} tokens, more than {MAX_TOKENS}, the most pleio takes",
+                tokens.len()
+            );
         }
-        let tok = tokenizer_for(rows)?;
-        if let Some(path) = &self.text {
-            let text = read_input(path)?;
-            return encode(tok, &text, self.ordinary).with_context(|| path.display().to_string());
-        }
-        corpus_tokens(tok, self.ordinary)
+        Ok(tokens)
     }
 }
 
@@ -130,19 +146,6 @@ pub fn corpus_tokens(tok: &QwenTokenizer, ordinary: bool) -> Result<Vec<u32>> {
     Ok(out)
 }
 
-/// A whole file as UTF-8, or stdin for `-`.
-fn read_input(path: &Path) -> Result<String> {
-    if path == Path::new("-") {
-        let mut s = String::new();
-        io::stdin()
-            .read_to_string(&mut s)
-            .context("reading stdin")?;
-        Ok(s)
-    } else {
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
-    }
-}
-
 /// Parses token ids: integers separated by whitespace and/or commas (as
 /// `gather --rows-file` reads them), a JSON array, or a JSON object with a `tokens` array (what `pleio rows --json`
 /// and `scripts/tokenize_ref.py` print). `source` names the input in errors.
@@ -165,7 +168,7 @@ pub fn parse_token_list(text: &str, source: &str) -> Result<Vec<u32>> {
             })
             .collect();
     }
-    super::gather::parse_row_list(text, source)?
+    parse_row_list(text, source)?
         .into_iter()
         .enumerate()
         .map(|(i, t)| {
@@ -351,7 +354,7 @@ mod tests {
 
     #[test]
     fn embedded_corpus_lists_every_corpus_file() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../corpus");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../corpus");
         let mut on_disk = Vec::new();
         for dir in std::fs::read_dir(&root).unwrap() {
             let dir = dir.unwrap().path();

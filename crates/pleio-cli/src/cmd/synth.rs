@@ -9,7 +9,8 @@ use pleio::ngram::released::{GEMMA_VOCAB, QWEN_FULL_ROWS};
 use pleio::quant::GgmlType;
 use pleio_lab::synth::{Arch, SynthSpec};
 
-use crate::output::{byte_progress, human_bytes, AtomicOutput};
+use crate::outfile::{self, OutFile, Replace};
+use crate::output::{byte_progress, human_bytes};
 
 /// Default qwen4exp rows: 16 Mi rows, 1.41 GiB of IQ4_NL.
 const DEFAULT_QWEN_ROWS: u64 = 16 << 20;
@@ -50,10 +51,13 @@ pub struct Args {
     /// geometry without writing gigabytes.
     #[arg(long)]
     sparse: bool,
-    /// Overwrite an existing output file.
+    /// Overwrite an existing output file (only if no other writer replaced
+    /// it while this one ran).
     #[arg(long)]
     force: bool,
-    /// Output file.
+    /// Output file, written under a temporary name beside it and renamed
+    /// into place when complete (`-`: standard output; character devices
+    /// and FIFOs are written directly; symbolic links to files are refused).
     #[arg(short = 'o', long = "output")]
     output: PathBuf,
 }
@@ -96,10 +100,15 @@ pub fn run(a: Args) -> Result<()> {
     };
     let table_bytes = spec.table_bytes()?;
     spec.metadata()?; // validate before creating anything
-    if !a.sparse {
+    let kind = outfile::check(&a.output, Replace::IfForced(a.force))?;
+    if !a.sparse && kind == outfile::Kind::File {
         check_free_space(&a.output, table_bytes)?;
     }
-    let (out, file) = AtomicOutput::create(&a.output, a.force)?;
+    let out = OutFile::create(&a.output, Replace::IfForced(a.force))?;
+    let file = out
+        .file()
+        .try_clone()
+        .with_context(|| format!("writing {}", a.output.display()))?;
     let bar = byte_progress(table_bytes, "synth");
     let sink = spec
         .write(BufWriter::with_capacity(4 << 20, file), &mut |done| {
@@ -107,12 +116,19 @@ pub fn run(a: Args) -> Result<()> {
         })
         .with_context(|| format!("writing {}", a.output.display()))?;
     bar.finish_and_clear();
-    let file = sink.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
-    let len = file.metadata()?.len();
+    let file = sink
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .with_context(|| format!("writing {}", a.output.display()))?;
+    let size = match file.metadata() {
+        Ok(m) if m.is_file() => format!(" ({} file)", human_bytes(m.len())),
+        _ => String::new(),
+    };
+    drop(file);
+    let to_stdout = out.is_stdout();
     out.commit()?;
-    println!(
-        "wrote {}: {} {} table, {} rows x {} elements, {} of table data{} ({} file)",
+    let line = format!(
+        "wrote {}: {} {} table, {} rows x {} elements, {} of table data{}{size}",
         a.output.display(),
         arch.name(),
         spec.ty,
@@ -120,8 +136,12 @@ pub fn run(a: Args) -> Result<()> {
         spec.row_elems(),
         human_bytes(table_bytes),
         if a.sparse { " left sparse" } else { "" },
-        human_bytes(len),
     );
+    if to_stdout {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
     Ok(())
 }
 
