@@ -630,21 +630,6 @@ impl Bench {
                 "need at least one batch and non-zero batch sizes".into(),
             ));
         }
-        let mut strategies = cfg.strategies.clone();
-        strategies.dedup();
-        if !strategies.contains(&Strategy::Fault) {
-            strategies.insert(0, Strategy::Fault);
-        }
-        let cold_on = cfg.cold != ColdMode::None;
-        let limit_on = cold_on && cfg.limit;
-        if limit_on {
-            self.limit_backend()?;
-        }
-        let arms_per_batch = strategies.len() as u64;
-        let total: u64 = cfg.rows.len() as u64
-            * cfg.batches as u64
-            * (u64::from(cold_on) * (arms_per_batch + u64::from(limit_on)) + arms_per_batch);
-        let mut done = 0u64;
         let elems = self.reader.row_elems();
         for &n in &cfg.rows {
             // Per batch size: the row lists, two outputs, the page list.
@@ -657,6 +642,24 @@ impl Bench {
                 per_row.and_then(|b| b.checked_mul(n as u64)),
             )?;
         }
+        let mut strategies = cfg.strategies.clone();
+        strategies.dedup();
+        if !strategies.contains(&Strategy::Fault) {
+            strategies.insert(0, Strategy::Fault);
+        }
+        let cold_on = cfg.cold != ColdMode::None;
+        let limit_on = cold_on && cfg.limit;
+        if limit_on {
+            self.limit_backend()?;
+        }
+        let arms_per_batch = strategies.len() as u64;
+        // Progress steps (saturating: only a progress bar's length).
+        let total: u64 = (cfg.rows.len() as u64)
+            .saturating_mul(cfg.batches as u64)
+            .saturating_mul(
+                u64::from(cold_on) * (arms_per_batch + u64::from(limit_on)) + arms_per_batch,
+            );
+        let mut done = 0u64;
         let mut arms = Vec::new();
         for &n in &cfg.rows {
             let mut rng = Rng::new(cfg.seed ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
