@@ -16,6 +16,7 @@ use anyhow::{bail, Context, Result};
 use pleio::Layout;
 use pleio_lab::bench::Machine;
 use pleio_lab::cgroup::{CgroupVersion, MemCap, MemUsage};
+use pleio_lab::floor::{DepthSweep, PhaseFloor, Timing};
 use serde_json::{json, Value as Json};
 
 use crate::output::human_bytes;
@@ -49,6 +50,66 @@ pub fn envelope(command: &str, machine: &Machine, file: &Path, t: &Layout) -> Js
             "offset": t.offset(),
         },
     })
+}
+
+/// `{"queue_depth", "block_bytes", "page_bytes", "sweep": {"rows", "rounds", "depths":
+/// [{"queue_depth", "samples", "median_us", "mean_us", "p99_us",
+/// "extents"}]}}`: the floor's queue depth and the sweep that chose it.
+pub fn floor_json(s: &DepthSweep) -> Json {
+    json!({
+        "queue_depth": s.best,
+        "block_bytes": s.grain.block,
+        "page_bytes": s.grain.page,
+        "sweep": {
+            "rows": s.rows,
+            "rounds": s.rounds,
+            "depths": s.points.iter().map(|p| {
+                let mut j = timing_json(&p.timing, 1.0, "us");
+                j["queue_depth"] = json!(p.queue_depth);
+                j["extents"] = json!(p.extents);
+                j
+            }).collect::<Vec<_>>(),
+        },
+    })
+}
+
+/// One line: the floor's queue depth and the sweep's median per depth.
+pub fn sweep_text(s: &DepthSweep) -> String {
+    let points: Vec<String> = s
+        .points
+        .iter()
+        .map(|p| format!("QD{} {:.2} ms", p.queue_depth, p.timing.median_us / 1e3))
+        .collect();
+    format!(
+        "device floor: distinct extents ({} B blocks, contiguous pages merged) read with O_DIRECT \
+         at queue depth {}, the fastest median of {} batches of {} random rows: {}",
+        s.grain.block,
+        s.best,
+        s.rounds,
+        s.rows,
+        points.join(", ")
+    )
+}
+
+/// `{"samples", "median_<unit>", "mean_<unit>", "p99_<unit>"}` of `t`
+/// (microseconds) divided by `div`.
+fn timing_json(t: &Timing, div: f64, unit: &str) -> Json {
+    let mut j = json!({"samples": t.samples});
+    j[format!("median_{unit}")] = json!(t.median_us / div);
+    j[format!("mean_{unit}")] = json!(t.mean_us / div);
+    j[format!("p99_{unit}")] = json!(t.p99_us / div);
+    j
+}
+
+/// A phase floor's details: `{"samples" (passes), "median_ms" (the floor),
+/// "mean_ms", "p99_ms", "steps", "extents", "bytes", "queue_depth"}`.
+pub fn phase_floor_json(f: &PhaseFloor) -> Json {
+    let mut j = timing_json(&f.timing, 1e3, "ms");
+    j["steps"] = json!(f.steps);
+    j["extents"] = json!(f.extents);
+    j["bytes"] = json!(f.bytes);
+    j["queue_depth"] = json!(f.queue_depth);
+    j
 }
 
 /// How a capped child ended.

@@ -79,6 +79,20 @@ fn bench_writes_every_arm_as_json() {
             );
         }
     }
+    // The floor: a swept queue depth; per batch size a median of at least
+    // 30 reads (2 batches read 15 times each), one request per extent.
+    let depth = &v["floor"]["queue_depth"];
+    assert!([16, 32, 64, 128].iter().any(|d| depth == d), "{depth}");
+    assert_eq!(v["floor"]["sweep"]["depths"].as_array().unwrap().len(), 4);
+    for limit in arms.iter().filter(|a| a["strategy"] == "limit") {
+        assert_eq!(limit["samples"], 30, "{limit}");
+        let requests = limit["read_requests"].as_f64().unwrap();
+        let pages = limit["distinct_pages"].as_f64().unwrap();
+        assert!(requests >= 1.0 && requests <= pages, "{limit}");
+        // Extents trimmed to O_DIRECT blocks: never more than the pages.
+        let bytes = limit["bytes_read"].as_f64().unwrap();
+        assert!(bytes <= pages * 4096.0, "{limit}");
+    }
     let fault = arms
         .iter()
         .find(|a| a["strategy"] == "fault" && a["cold"] == true)

@@ -66,4 +66,23 @@ fn demo_runs_on_a_small_table_and_reports_every_strategy() {
         .unwrap()
         .iter()
         .any(|a| a["strategy"] == "limit"));
+    // The replay's floor, once, and each cold replay's ratio to it.
+    let depth = &j["floor"]["queue_depth"];
+    assert!([16, 32, 64, 128].iter().any(|d| depth == d), "{depth}");
+    for phase in ["prefill", "decode"] {
+        let f = &j["replay_floor"][phase];
+        assert!(f["median_ms"].as_f64().unwrap() > 0.0, "{f}");
+        assert_eq!(f["queue_depth"], *depth);
+        let key = format!("{phase}_tokens_per_s");
+        assert!(j["replay_floor"][&key].as_f64().unwrap() > 0.0);
+    }
+    for r in replays {
+        for key in ["prefill_ratio_to_floor", "decode_ratio_to_floor"] {
+            assert_eq!(r[key].is_number(), r["cold"] == true, "{key}: {r}");
+        }
+    }
+    assert!(j["noisy"].is_array());
+    let floor_line = stdout.lines().find(|l| l.starts_with("limit ")).unwrap();
+    let prefill_floor = floor_line.split_whitespace().nth(1).unwrap();
+    assert!(prefill_floor.parse::<f64>().unwrap() > 0.0, "{floor_line}");
 }

@@ -117,6 +117,13 @@ fn capped_bench_and_replay_stay_within_a_cap_smaller_than_the_table() {
     assert!(run["peak_bytes"].as_u64().unwrap() <= cap, "{run}");
     assert_eq!(j["replays"][0]["strategy"], "pread");
     assert_eq!(j["replays"][0]["prefill"]["tokens"], 1024);
+    // The floor is measured outside the cap, for the same replay.
+    if pleio::io::UringBackend::probe().is_ok() {
+        let p = &j["replays"][0]["prefill"];
+        assert!(p["ratio_to_floor"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["floor"]["median_ms"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(j["floor"]["queue_depth"].is_u64(), "{j}");
+    }
 }
 
 /// Issue 14 / 9: capped bench children wrote their report through

@@ -39,6 +39,7 @@ fn replay_json(args: &[&str]) -> Json {
     let mut j = replays[0].clone();
     j["table"] = doc["table"].clone();
     j["file"] = doc["file"].clone();
+    j["floor_sweep"] = doc["floor"].clone();
     j
 }
 
@@ -124,12 +125,66 @@ fn corpus_replay_is_identical_across_strategies_and_lookahead() {
             assert!(j["peak_rss_bytes"].as_u64().unwrap() > 0);
             if extra.contains(&"--cold") && !pleio::sys::NOOP {
                 assert_eq!(j["evictions"].as_array().unwrap().len(), 2);
+                if pleio::io::UringBackend::probe().is_ok() {
+                    check_floor(&j, &what);
+                }
+            } else {
+                for phase in [p, d] {
+                    for k in ["floor_ms", "floor_tokens_per_s", "ratio_to_floor", "floor"] {
+                        assert!(phase[k].is_null(), "{what}: {k} without --cold");
+                    }
+                }
             }
             if extra.contains(&"--lookahead") {
                 assert_eq!(j["lookahead_counters"]["worker_gathers"], 4);
             }
         }
     }
+}
+
+/// A cold replay's floor: per phase the floor time, tokens/s and ratio,
+/// its bytes no more than the pages the ubatches touch, and the queue
+/// depth one of the swept ones.
+fn check_floor(j: &Json, what: &str) {
+    let depth = &j["floor_sweep"]["queue_depth"];
+    assert!(
+        [16, 32, 64, 128].iter().any(|d| depth == d),
+        "{what}: {depth}"
+    );
+    assert_eq!(
+        j["floor_sweep"]["sweep"]["depths"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    for phase in ["prefill", "decode"] {
+        let p = &j[phase];
+        for k in ["floor_ms", "floor_tokens_per_s", "ratio_to_floor"] {
+            assert!(p[k].as_f64().unwrap() > 0.0, "{what}: {phase} {k}: {p}");
+        }
+        let f = &p["floor"];
+        assert_eq!(f["median_ms"], p["floor_ms"], "{what}");
+        assert!(f["samples"].as_u64().unwrap() >= 3, "{what}: {f}");
+        assert_eq!(f["steps"], p["steps"], "{what}");
+        assert_eq!(f["queue_depth"], *depth, "{what}");
+        let (extents, bytes) = (f["extents"].as_u64().unwrap(), f["bytes"].as_u64().unwrap());
+        let block = j["floor_sweep"]["block_bytes"].as_u64().unwrap();
+        assert!(extents >= 1 && extents * block <= bytes, "{what}: {f}");
+        let tokens = p["tokens"].as_f64().unwrap();
+        let tps = tokens * 1e3 / p["floor_ms"].as_f64().unwrap();
+        assert!((p["floor_tokens_per_s"].as_f64().unwrap() / tps - 1.0).abs() < 1e-9);
+        let ratio = p["gather_ms"].as_f64().unwrap() / p["floor_ms"].as_f64().unwrap();
+        assert!((p["ratio_to_floor"].as_f64().unwrap() / ratio - 1.0).abs() < 1e-9);
+    }
+    // Prefill reads each page once: no more bytes than its ubatches' pages.
+    let pages: u64 = j["ubatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["distinct_pages"].as_u64().unwrap())
+        .sum();
+    assert!(j["prefill"]["floor"]["bytes"].as_u64().unwrap() <= pages * pleio::sys::page_size());
 }
 
 #[test]

@@ -1,14 +1,16 @@
 //! The gather benchmark behind `pleio bench`: every strategy on the same
 //! random row lists, cold (the table's byte range evicted before each batch,
 //! checked with `mincore`) and warm (the same rows again, resident), plus the
-//! device floor (`limit`: the batch's distinct pages read with `O_DIRECT` at
-//! queue depth 64, measured in the same run).
+//! device floor (`limit`, [`crate::floor`]: the batch's distinct extents
+//! read with `O_DIRECT` at the queue depth a sweep found fastest, measured
+//! in the same run; its figure is the median of at least
+//! [`MIN_FLOOR_SAMPLES`] reads).
 //!
 //! Per arm: mean, median and p99 latency, bytes the process read from the
 //! device (`/proc/self/io`), major faults of the gathering thread, advice
 //! failures, read requests, peak RSS during a gather (`VmHWM`, reset before
 //! each gather through `/proc/self/clear_refs`), and the ratio to `fault`
-//! and to `limit`. Every arm's f32 output is compared bit for bit with the
+//! (mean over mean) and to `limit` (mean over the floor's median). Every arm's f32 output is compared bit for bit with the
 //! first arm's output for the same rows; a difference fails the run.
 //!
 //! Library code so other commands (`demo`, `replay`) can reuse the pieces:
@@ -23,11 +25,17 @@ use std::time::{Duration, Instant};
 
 use crate::random::Rng;
 use pleio::gguf::GgufError;
-use pleio::io::{IoError, UringBackend, UringConfig};
+use pleio::io::IoError;
 use pleio::layout::{Layout, TableError};
 use pleio::model::Model;
 use pleio::sys;
 use pleio::{Error, GatherStats, Strategy, Table};
+
+use crate::floor::{DepthSweep, Floor};
+
+/// Least timed reads behind each `limit` figure: batches are read several
+/// times when there are fewer (a median of 10 is at the mercy of noise).
+pub const MIN_FLOOR_SAMPLES: usize = 30;
 
 /// Errors of a benchmark run.
 #[derive(Debug, thiserror::Error)]
@@ -311,7 +319,8 @@ pub struct Arm {
     pub peak_rss: Option<u64>,
     /// `mean_us` over `fault`'s at the same size and temperature.
     pub ratio_to_fault: Option<f64>,
-    /// `mean_us` over `limit`'s at the same size (cold arms).
+    /// `mean_us` over `limit`'s `median_us` at the same size (cold arms;
+    /// for `limit` itself, its mean over its median).
     pub ratio_to_limit: Option<f64>,
 }
 
@@ -347,6 +356,8 @@ pub struct Report {
     pub batches: usize,
     /// Measured costs of residency checks.
     pub residency: ResidencyCosts,
+    /// The floor's queue-depth sweep (with a `limit` arm).
+    pub floor: Option<DepthSweep>,
     /// Every arm, by size, cold before warm.
     pub arms: Vec<Arm>,
 }
@@ -369,7 +380,7 @@ fn warm_reps(rows: usize) -> usize {
 }
 
 /// Mean, median and p99 of `xs` (sorted in place).
-fn summary(xs: &mut [f64]) -> (f64, f64, f64) {
+pub(crate) fn summary(xs: &mut [f64]) -> (f64, f64, f64) {
     if xs.is_empty() {
         return (0.0, 0.0, 0.0);
     }
@@ -402,6 +413,16 @@ impl Acc {
         self.cold_rows += s.cold_rows;
         self.rearms += u64::from(s.rearmed);
         self.fallback |= s.fallback;
+    }
+
+    /// One timed floor read of `pages` pages in `requests` requests.
+    fn add_read(&mut self, s: &Sample, pages: u64, requests: u64) {
+        self.times.push(s.us);
+        self.read += s.read;
+        self.peak = self.peak.max(s.peak);
+        self.pages += pages;
+        self.requests += requests;
+        self.gathers += 1;
     }
 
     fn arm(mut self, strategy: &'static str, rows: usize, cold: bool) -> Arm {
@@ -437,7 +458,6 @@ pub struct Bench {
     reader: Table,
     evictor: Evictor,
     page: u64,
-    limit: std::sync::OnceLock<Result<UringBackend, String>>,
 }
 
 impl std::fmt::Debug for Bench {
@@ -494,7 +514,6 @@ impl Bench {
             evictor: Evictor::new(path, range)?,
             reader,
             page,
-            limit: std::sync::OnceLock::new(),
         })
     }
 
@@ -555,16 +574,26 @@ impl Bench {
         Ok(out)
     }
 
-    fn limit_backend(&self) -> Result<&UringBackend, BenchError> {
-        let cfg = UringConfig {
-            queue_depth: 64,
-            direct: true,
-            ..UringConfig::default()
-        };
-        self.limit
-            .get_or_init(|| UringBackend::open(&self.path, cfg).map_err(|e| e.to_string()))
-            .as_ref()
-            .map_err(|e| BenchError::Config(format!("limit arm: {e}")))
+    /// The device floor of this table, its queue depth chosen by a sweep
+    /// ([`Floor::fastest`]).
+    pub fn floor(&self, seed: u64) -> Result<(Floor, DepthSweep), BenchError> {
+        Floor::fastest(&self.path, self.reader.layout(), self.page, seed)
+            .map_err(|e| BenchError::Config(format!("limit arm (O_DIRECT io_uring): {e}")))
+    }
+
+    /// The row lists of a run at `n` rows per batch.
+    pub fn row_lists(&self, cfg: &BenchConfig, n: usize) -> Vec<Vec<u64>> {
+        self.lists_and_rng(cfg, n).0
+    }
+
+    /// [`Bench::row_lists`], and the generator that drew them (it goes on
+    /// to draw `--cold mincore` rows).
+    fn lists_and_rng(&self, cfg: &BenchConfig, n: usize) -> (Vec<Vec<u64>>, Rng) {
+        let mut rng = Rng::new(cfg.seed ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let lists = (0..cfg.batches)
+            .map(|_| self.random_rows(&mut rng, n))
+            .collect();
+        (lists, rng)
     }
 
     /// Measures what `auto`'s residency options cost here (see
@@ -649,9 +678,12 @@ impl Bench {
         }
         let cold_on = cfg.cold != ColdMode::None;
         let limit_on = cold_on && cfg.limit;
-        if limit_on {
-            self.limit_backend()?;
-        }
+        let floor = if limit_on {
+            Some(self.floor(cfg.seed)?)
+        } else {
+            None
+        };
+        let floor_reps = MIN_FLOOR_SAMPLES.div_ceil(cfg.batches);
         let arms_per_batch = strategies.len() as u64;
         // Progress steps (saturating: only a progress bar's length).
         let total: u64 = (cfg.rows.len() as u64)
@@ -662,10 +694,7 @@ impl Bench {
         let mut done = 0u64;
         let mut arms = Vec::new();
         for &n in &cfg.rows {
-            let mut rng = Rng::new(cfg.seed ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            let lists: Vec<Vec<u64>> = (0..cfg.batches)
-                .map(|_| self.random_rows(&mut rng, n))
-                .collect();
+            let (lists, mut rng) = self.lists_and_rng(cfg, n);
             let mut reference = vec![0f32; n * elems];
             let mut out = vec![0f32; n * elems];
             let phases: &[bool] = if cold_on { &[true, false] } else { &[false] };
@@ -712,7 +741,7 @@ impl Bench {
                         )?;
                         done += 1;
                     }
-                    if cold && limit_on {
+                    if let (true, Some((floor, _))) = (cold, &floor) {
                         progress(Progress {
                             done,
                             total,
@@ -724,27 +753,23 @@ impl Bench {
                             self.evictor.evict(&self.reader)?;
                             list.clone()
                         };
-                        let pages = self.distinct_pages(&rows);
-                        let backend = self.limit_backend()?;
+                        let extents = floor.extents(&rows);
+                        let pages = self.distinct_pages(&rows).len() as u64;
                         // One page alone first (queue depth 1): the floor of
                         // any cold gather, the yardstick for small batches.
-                        let (r, one) =
-                            measure(|| backend.read_pages(&pages[..1], self.page as usize));
-                        r.map_err(BenchError::Limit)?;
-                        page1.times.push(one.us);
-                        page1.read += one.read;
-                        page1.pages += 1;
-                        page1.requests += 1;
-                        page1.gathers += 1;
-                        let (r, sample) =
-                            measure(|| backend.read_pages(&pages, self.page as usize));
-                        r.map_err(BenchError::Limit)?;
-                        limit.times.push(sample.us);
-                        limit.read += sample.read;
-                        limit.peak = limit.peak.max(sample.peak);
-                        limit.pages += pages.len() as u64;
-                        limit.requests += pages.len() as u64;
-                        limit.gathers += 1;
+                        let first = extents[0].start / self.page * self.page;
+                        let one_page = vec![Range {
+                            start: first,
+                            end: first + self.page,
+                        }];
+                        for _ in 0..floor_reps {
+                            let (r, one) = measure(|| floor.read(&one_page));
+                            let stats = r.map_err(BenchError::Limit)?;
+                            page1.add_read(&one, 1, stats.requests);
+                            let (r, sample) = measure(|| floor.read(&extents));
+                            let stats = r.map_err(BenchError::Limit)?;
+                            limit.add_read(&sample, pages, stats.requests);
+                        }
                         done += 1;
                     }
                 }
@@ -764,7 +789,7 @@ impl Bench {
                 let lim = group
                     .iter()
                     .find(|a| a.strategy == "limit")
-                    .map(|a| a.mean_us);
+                    .map(|a| a.median_us);
                 for a in &mut group {
                     a.ratio_to_fault = fault.filter(|&f| f > 0.0).map(|f| a.mean_us / f);
                     a.ratio_to_limit = lim.filter(|&l| l > 0.0).map(|l| a.mean_us / l);
@@ -786,6 +811,7 @@ impl Bench {
             seed: cfg.seed,
             batches: cfg.batches,
             residency: self.residency_costs(1792),
+            floor: floor.map(|(_, sweep)| sweep),
             arms,
         })
     }
@@ -887,6 +913,73 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    /// Runs of consecutive numbers in sorted, distinct `pages`.
+    fn runs(pages: &[u64]) -> u64 {
+        1 + pages.windows(2).filter(|w| w[1] != w[0] + 1).count() as u64
+    }
+
+    #[test]
+    fn limit_reads_one_request_per_contiguous_extent_of_two_page_rows() {
+        // Gemma 4 Q5_K rows: 7392 bytes, each spanning two or three pages.
+        let file = tempfile::NamedTempFile::new().unwrap();
+        SynthSpec::gemma(GgmlType::Q5_K, 3000, 42, 9)
+            .write(file.reopen().unwrap(), &mut |_| {})
+            .unwrap();
+        let b = Bench::open(file.path(), None).unwrap();
+        assert_eq!(b.reader().layout().row_bytes(), 7392);
+        let (floor, sweep) = match b.floor(1) {
+            Ok(f) => f,
+            Err(e) => {
+                println!("skipping: {e}");
+                return;
+            }
+        };
+        assert_eq!(sweep.points.len(), crate::floor::QUEUE_DEPTHS.len());
+        assert!(crate::floor::QUEUE_DEPTHS.contains(&sweep.best));
+        assert_eq!(floor.queue_depth(), sweep.best);
+        let page = sys::page_size();
+        assert_eq!(floor.grain().page, page);
+        // Adjacent rows (5, 6, 7 and 2900, 2901) share an extent: one
+        // request per run of contiguous pages, fewer than half the pages.
+        let rows = [5, 6, 100, 2900, 2901, 7, 2000, 5];
+        let pages = b.distinct_pages(&rows);
+        let extents = floor.extents(&rows);
+        assert_eq!(extents.len(), 4);
+        assert_eq!(extents.len() as u64, runs(&pages));
+        assert!(extents.len() < pages.len() / 2);
+        let stats = floor.read(&extents).unwrap();
+        assert_eq!(stats.requests, extents.len() as u64);
+        let bytes: u64 = extents.iter().map(|e| e.end - e.start).sum();
+        assert_eq!(stats.bytes, bytes);
+        assert!(bytes <= pages.len() as u64 * page);
+
+        // The bench's limit arm: one request per extent of each batch.
+        let cfg = BenchConfig {
+            rows: vec![16, 256],
+            strategies: vec![Strategy::Fault],
+            batches: 2,
+            ..BenchConfig::default()
+        };
+        let report = b.run(&cfg, &mut |_| {}).unwrap();
+        assert!(report.floor.is_some());
+        for &n in &cfg.rows {
+            let lists = b.row_lists(&cfg, n);
+            let want = lists
+                .iter()
+                .map(|l| runs(&b.distinct_pages(l)) as f64)
+                .sum::<f64>()
+                / lists.len() as f64;
+            let limit = report
+                .arms
+                .iter()
+                .find(|a| a.strategy == "limit" && a.rows == n)
+                .unwrap();
+            assert!((limit.read_requests - want).abs() < 1e-9, "{n}: {limit:?}");
+            assert!(limit.read_requests < limit.distinct_pages, "{limit:?}");
+            assert!(limit.samples >= MIN_FLOOR_SAMPLES, "{limit:?}");
+        }
     }
 
     #[test]

@@ -15,6 +15,10 @@
 //!
 //! Process counters (device bytes read, major faults, peak RSS) come from
 //! `/proc/self` on Linux and are `None` elsewhere.
+//!
+//! [`Replayer::floor`] measures what the device needs for the same plan:
+//! each phase's cold extents read with `O_DIRECT` ([`crate::floor`]), the
+//! yardstick for a cold replay's gather time.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +26,7 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashSet;
 
 use crate::bench::{self, check_memory, BenchError, Evictor, MemoryError};
+use crate::floor::{Floor, PhaseFloor};
 use crate::random::Rng;
 use pleio::layout::Layout;
 use pleio::lookahead::{Lookahead, LookaheadCounters, LookaheadError};
@@ -78,6 +83,9 @@ pub enum ReplayError {
     /// Evicting the table from the page cache failed.
     #[error(transparent)]
     Evict(#[from] BenchError),
+    /// The floor's `O_DIRECT` reads failed.
+    #[error("device floor (O_DIRECT io_uring): {0}")]
+    Floor(#[source] pleio::io::IoError),
 }
 
 /// What to replay and how.
@@ -248,6 +256,21 @@ impl PhaseReport {
         let s = self.gather.as_secs_f64();
         (self.tokens > 0 && s > 0.0).then(|| self.tokens as f64 / s)
     }
+
+    /// Gather time over the floor's time for the same phase.
+    pub fn ratio_to_floor(&self, floor: &PhaseFloor) -> Option<f64> {
+        let f = floor.time().as_secs_f64();
+        (self.steps > 0 && f > 0.0).then(|| self.gather.as_secs_f64() / f)
+    }
+}
+
+/// The device floor of a replay plan's two phases.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayFloor {
+    /// The prefill ubatches' cold extents, table evicted before the first.
+    pub prefill: PhaseFloor,
+    /// The decode steps' cold extents, table evicted before the first.
+    pub decode: PhaseFloor,
 }
 
 /// What an eviction found.
@@ -389,6 +412,19 @@ impl Replayer {
             ubatch,
             rows_per_token: per,
             rows,
+        })
+    }
+
+    /// The device floor of `plan` ([`Floor::phase`] of its ubatches, then
+    /// of its decode steps): what reading each phase's rows cold takes with
+    /// the same eviction as a cold [`Replayer::run`] (before the prefill
+    /// and again before decode).
+    pub fn floor(&self, plan: &ReplayPlan, floor: &Floor) -> Result<ReplayFloor, ReplayError> {
+        let ubs: Vec<&[u64]> = plan.ubatches().collect();
+        let steps: Vec<&[u64]> = plan.decode_steps().collect();
+        Ok(ReplayFloor {
+            prefill: floor.phase(&ubs).map_err(ReplayError::Floor)?,
+            decode: floor.phase(&steps).map_err(ReplayError::Floor)?,
         })
     }
 

@@ -317,7 +317,7 @@ fn eight_threads_share_one_backend() {
 }
 
 #[test]
-fn direct_page_reads_for_the_device_floor() {
+fn direct_extent_reads_for_the_device_floor() {
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = make_file(dir.path(), FILE_LEN);
     let cfg = UringConfig {
@@ -333,15 +333,46 @@ fn direct_page_reads_for_the_device_floor() {
         Err(e) => panic!("{e}"),
     };
     assert!(b.alignment().is_power_of_two() && b.alignment() <= 4096);
+    let page = |p: u64, n: u64| p * 4096..(p + n) * 4096;
     let last = (FILE_LEN / 4096) as u64; // the partial last page
-    let pages: Vec<u64> = vec![0, 7, 3, 100, last];
-    let stats = b.read_pages(&pages, 4096).unwrap();
-    assert_eq!(stats.requests, pages.len() as u64);
-    match b.read_pages(&[1, last + 1], 4096) {
+                                         // One request per extent, however many pages it covers; the last
+                                         // extent reaches past the end of the file and reads what it has.
+    let extents = vec![
+        page(0, 1),
+        page(3, 2),
+        page(7, 3),
+        page(100, 1),
+        page(last, 1),
+    ];
+    let stats = b.read_extents(&extents).unwrap();
+    assert_eq!(stats.requests, extents.len() as u64);
+    assert_eq!(stats.bytes, 8 * 4096);
+    // An extent longer than max_read_bytes is split.
+    let small = UringBackend::open(
+        &path,
+        UringConfig {
+            max_read_bytes: 8192,
+            ..cfg
+        },
+    )
+    .unwrap();
+    assert_eq!(small.read_extents(&[page(10, 5)]).unwrap().requests, 3);
+    assert_eq!(b.read_extents(&[page(2, 0)]).unwrap().requests, 0);
+    match b.read_extents(&[page(1, 1), page(last + 1, 1)]) {
         Err(IoError::UnexpectedEof { .. }) => {}
-        other => panic!("page past EOF gave {other:?}"),
+        other => panic!("extent past EOF gave {other:?}"),
     }
-    assert!(b.read_pages(&[1], 100).is_err(), "unaligned page size");
+    let unaligned = 100..4196;
+    assert!(b.read_extents(&[unaligned]).is_err(), "unaligned extent");
+
+    // More than the 32 MiB read in one go: chunks, every request made.
+    let sparse = dir.path().join("sparse.bin");
+    File::create(&sparse).unwrap().set_len(48 << 20).unwrap();
+    let b = UringBackend::open(&sparse, cfg).unwrap();
+    let mib = |m: u64| m << 20;
+    let extents: Vec<_> = (0..10).map(|i| mib(4 * i)..mib(4 * i + 4)).collect();
+    let stats = b.read_extents(&extents).unwrap();
+    assert_eq!((stats.requests, stats.bytes), (40, mib(40)));
 }
 
 #[test]
@@ -514,9 +545,13 @@ mod measure {
             },
         ) {
             arms.push(Arm {
-                name: "limit: read_pages O_DIRECT QD64".into(),
+                name: "limit: read_extents O_DIRECT QD64".into(),
                 run: Box::new(move |pages, _| {
-                    b.read_pages(pages, PAGE).unwrap();
+                    let extents: Vec<_> = pages
+                        .iter()
+                        .map(|&p| p * PAGE as u64..(p + 1) * PAGE as u64)
+                        .collect();
+                    b.read_extents(&extents).unwrap();
                 }),
             });
         }

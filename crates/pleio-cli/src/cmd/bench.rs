@@ -25,8 +25,9 @@ macro_rules! outln {
 }
 
 /// Measure gather latency of every strategy, cold and warm, against the
-/// device floor (`limit`: the same batches' distinct pages read with
-/// O_DIRECT at queue depth 64).
+/// device floor (`limit`: the same batches' distinct extents, contiguous
+/// pages merged, read with O_DIRECT at the queue depth a short sweep of
+/// 16/32/64/128 finds fastest; its figure is a median of at least 30 reads).
 ///
 /// Cold arms evict the table's byte range before each batch (checked with
 /// mincore); warm arms repeat the same rows with the table resident. Every
@@ -174,6 +175,7 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
     ]);
     let mut runs = Vec::new();
     let mut arms = Vec::new();
+    let mut floor = Value::Null;
     for s in &strategies {
         eprintln!("{s}: measuring inside a {} memory cap", human_bytes(cap));
         // The child prints its report on stdout (a pipe to this process):
@@ -186,6 +188,9 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
         }
         let run = report::run_capped(cap, s.name(), &a.file, &args)?;
         if let Some(r) = &run.report {
+            if !r["floor"].is_null() {
+                floor = r["floor"].clone();
+            }
             arms.extend(
                 r["arms"]
                     .as_array()
@@ -202,7 +207,7 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
     let limits: Vec<(Value, f64)> = arms
         .iter()
         .filter(|x| x["strategy"] == "limit")
-        .filter_map(|x| Some((x["rows"].clone(), x["mean_us"].as_f64()?)))
+        .filter_map(|x| Some((x["rows"].clone(), x["median_us"].as_f64()?)))
         .collect();
     for x in arms
         .iter_mut()
@@ -220,6 +225,7 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
     j["batches"] = json!(a.batches);
     j["seed"] = json!(a.seed);
     j["arms"] = json!(arms);
+    j["floor"] = floor;
     j["mem_cap"] = report::mem_cap_json(cap, version, &runs);
     let mut text = String::new();
     print_capped(&mut text, &a.file, &info, cap, &runs, &arms);
@@ -336,6 +342,13 @@ fn print_table(o: &mut String, r: &Report) {
     }
     let c = &r.residency;
     outln!(o);
+    if let Some(sweep) = &r.floor {
+        outln!(o, "{}", report::sweep_text(sweep));
+        outln!(
+            o,
+            "limit: median of its samples; vs limit: each arm's mean over limit's median"
+        );
+    }
     outln!(
         o,
         "residency checks: clock read {:.0} ns (auto: one per 8 warm rows), mincore of one row {:.2} us, mincore of the whole table {:.1} ms",
@@ -390,6 +403,7 @@ pub(crate) fn to_json(r: &Report) -> Value {
         "mincore_table_ms": finite(c.mincore_table_ms),
     });
     j["arms"] = r.arms.iter().map(arm_json).collect();
+    j["floor"] = r.floor.as_ref().map_or(Value::Null, report::floor_json);
     j
 }
 

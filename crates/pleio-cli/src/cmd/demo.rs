@@ -3,7 +3,9 @@
 //! Makes (once) a qwen4exp-shaped IQ4_NL table in the cache directory,
 //! measures cold 16- and 1792-row gathers of every strategy against the
 //! device floor, replays the bundled corpus through each strategy cold and
-//! warm, and ends with one table, two charts and a verdict.
+//! warm against the floor of the same replay, and ends with one table, two
+//! charts and a verdict (flagged as noisy when a floor figure came out
+//! slower than a strategy).
 
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -18,7 +20,8 @@ use pleio::ngram::released::QWEN_ROW_ELEMS;
 use pleio::quant::GgmlType;
 use pleio::tokenizer::QwenTokenizer;
 use pleio_lab::bench::{Arm, Bench, BenchConfig, ColdMode, Report};
-use pleio_lab::replay::{ReplayConfig, ReplayReport, Replayer};
+use pleio_lab::floor::Floor;
+use pleio_lab::replay::{ReplayConfig, ReplayFloor, ReplayReport, Replayer};
 use pleio_lab::synth::SynthSpec;
 use serde_json::{json, Value as Json};
 
@@ -26,6 +29,7 @@ use super::rows::corpus_tokens;
 use crate::outfile::{self, write_file, OutFile, Replace};
 use crate::output::{byte_progress, human_bytes, step_progress};
 use crate::plot;
+use crate::report;
 
 /// Show what gathering PLE rows costs on this machine, strategy by
 /// strategy: cold 16- and 1792-row gathers against the device floor
@@ -184,24 +188,41 @@ pub fn run(a: Args) -> Result<()> {
     let mut tokens = corpus_tokens(tok, false)?;
     tokens.truncate(a.tokens.saturating_add(a.decode));
     let mut replays = Vec::new();
+    let replay_cfg = |strategy: Strategy, cold: bool| ReplayConfig {
+        ubatch: 512,
+        prefill: None,
+        decode: a.decode,
+        strategy,
+        cold,
+        ..ReplayConfig::default()
+    };
+    // The floor of the same replay (every strategy's plan is the same), at
+    // the queue depth the bench's sweep chose.
+    let open_replayer = || -> Result<Replayer> {
+        let model = Arc::new(Model::open(&path)?);
+        let table = Layout::of_ple(&model)?;
+        Ok(Replayer::new(model, table)?)
+    };
+    let replay_floor = match &report.floor {
+        Some(sweep) => {
+            let replayer = open_replayer()?;
+            let floor = Floor::open(&path, &report.table, pleio::sys::page_size(), sweep.best)
+                .context("the device floor")?;
+            let plan = replayer.plan(&tokens, &replay_cfg(Strategy::Fault, true))?;
+            eprintln!("measuring the corpus replay's device floor");
+            Some(replayer.floor(&plan, &floor)?)
+        }
+        None => None,
+    };
     let pb = step_progress(
         2 * report_strategies(&report).len() as u64,
         "corpus replays",
     );
     for st in report_strategies(&report) {
-        let model = Arc::new(Model::open(&path)?);
-        let table = Layout::of_ple(&model)?;
-        let replayer = Replayer::new(model, table)?;
+        let replayer = open_replayer()?;
         let run = |cold: bool| -> Result<ReplayReport> {
             pb.set_message(format!("{} {}", if cold { "cold" } else { "warm" }, st));
-            let cfg = ReplayConfig {
-                ubatch: 512,
-                prefill: None,
-                decode: a.decode,
-                strategy: st,
-                cold,
-                ..ReplayConfig::default()
-            };
+            let cfg = replay_cfg(st, cold);
             let plan = replayer.plan(&tokens, &cfg)?;
             let r = replayer.run(&plan, &cfg)?;
             pb.inc(1);
@@ -236,7 +257,7 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
 
-    print_summary(&path, &report, &replays);
+    print_summary(&path, &report, &replays, replay_floor.as_ref());
     let latency_svg = dir.join("demo-latency.svg");
     let ubatch_svg = dir.join("demo-ubatches.svg");
     charts(&report, &replays, &latency_svg, &ubatch_svg)?;
@@ -246,7 +267,7 @@ pub fn run(a: Args) -> Result<()> {
         ubatch_svg.display()
     );
     if let Some(out) = &a.json {
-        let j = to_json(&path, &report, &replays);
+        let j = to_json(&path, &report, &replays, replay_floor.as_ref());
         write_file(out, Replace::Always, |w| {
             serde_json::to_writer_pretty(&mut *w, &j)?;
             writeln!(w)
@@ -298,7 +319,27 @@ fn rate(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{v:.0}"))
 }
 
-fn print_summary(path: &Path, report: &Report, replays: &[Replays]) {
+/// A cold replay phase's gather time over the floor's.
+fn floor_ratio(r: &ReplayReport, f: Option<&ReplayFloor>, prefill: bool) -> Option<f64> {
+    let f = f?;
+    if prefill {
+        r.prefill.ratio_to_floor(&f.prefill)
+    } else {
+        r.decode.ratio_to_floor(&f.decode)
+    }
+}
+
+/// Floor tokens/s of a phase.
+fn floor_tps(r: &ReplayReport, f: Option<&ReplayFloor>, prefill: bool) -> Option<f64> {
+    let f = f?;
+    if prefill {
+        f.prefill.tokens_per_s(r.prefill.tokens)
+    } else {
+        f.decode.tokens_per_s(r.decode.tokens)
+    }
+}
+
+fn print_summary(path: &Path, report: &Report, replays: &[Replays], floor: Option<&ReplayFloor>) {
     let t = &report.table;
     println!(
         "pleio demo: {} ({} rows of {} bytes, {} {}), page cache evicted before every cold run",
@@ -315,57 +356,134 @@ fn print_summary(path: &Path, report: &Report, replays: &[Replays]) {
         human_bytes(report.machine.mem_bytes),
         report.machine.kernel
     );
-    println!(
-        "{:<13} {:>13} {:>13} {:>12} {:>12} {:>12} {:>12} {:>11} {:>10}",
+    let row = |cells: [&str; 10]| {
+        println!(
+            "{:<13} {:>13} {:>8} {:>13} {:>12} {:>12} {:>12} {:>12} {:>11} {:>10}",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            cells[5],
+            cells[6],
+            cells[7],
+            cells[8],
+            cells[9]
+        )
+    };
+    row([
         "strategy",
         "prefill tok/s",
+        "vs",
         "prefill tok/s",
         "decode tok/s",
         "cold 16 rows",
         "cold 1792",
         "warm 16 rows",
         "bytes read",
-        "peak RSS"
-    );
-    println!(
-        "{:<13} {:>13} {:>13} {:>12} {:>12} {:>12} {:>12} {:>11} {:>10}",
-        "", "cold", "warm", "cold", "ms", "rows ms", "us", "cold run", ""
-    );
+        "peak RSS",
+    ]);
+    row([
+        "", "cold", "floor", "warm", "cold", "ms", "rows ms", "us", "cold run", "",
+    ]);
     for r in replays {
         let name = r.strategy.name();
         let read = r.cold.prefill.read_bytes.zip(r.cold.decode.read_bytes);
-        println!(
-            "{:<13} {:>13} {:>13} {:>12} {:>12} {:>12} {:>12} {:>11} {:>10}",
+        row([
             name,
-            rate(tps(&r.cold, true)),
-            rate(tps(&r.warm, true)),
-            rate(tps(&r.cold, false)),
-            ms(arm(report, name, 16, true).map(|a| a.mean_us)),
-            ms(arm(report, name, 1792, true).map(|a| a.mean_us)),
-            arm(report, name, 16, false).map_or("-".into(), |a| format!("{:.1}", a.mean_us)),
-            read.map_or("-".into(), |(p, d)| human_bytes(p + d)),
-            r.cold
+            &rate(tps(&r.cold, true)),
+            &times(floor_ratio(&r.cold, floor, true)),
+            &rate(tps(&r.warm, true)),
+            &rate(tps(&r.cold, false)),
+            &ms(arm(report, name, 16, true).map(|a| a.mean_us)),
+            &ms(arm(report, name, 1792, true).map(|a| a.mean_us)),
+            &arm(report, name, 16, false).map_or("-".into(), |a| format!("{:.1}", a.mean_us)),
+            &read.map_or("-".into(), |(p, d)| human_bytes(p + d)),
+            &r.cold
                 .peak_rss
                 .max(r.warm.peak_rss)
                 .map_or("-".into(), human_bytes),
+        ]);
+    }
+    let first = replays.first().map(|r| &r.cold);
+    row([
+        "limit",
+        &rate(first.and_then(|r| floor_tps(r, floor, true))),
+        "",
+        "",
+        &rate(first.and_then(|r| floor_tps(r, floor, false))),
+        &ms(arm(report, "limit", 16, true).map(|a| a.median_us)),
+        &ms(arm(report, "limit", 1792, true).map(|a| a.median_us)),
+        "",
+        "",
+        "",
+    ]);
+    if let Some(sweep) = &report.floor {
+        println!(
+            "limit: the device floor, medians: the same rows' distinct extents read cold with O_DIRECT at queue depth {}",
+            sweep.best
         );
     }
-    println!(
-        "{:<13} {:>13} {:>13} {:>12} {:>12} {:>12}   (the device floor: O_DIRECT, queue depth 64)",
-        "limit",
-        "",
-        "",
-        "",
-        ms(arm(report, "limit", 16, true).map(|a| a.mean_us)),
-        ms(arm(report, "limit", 1792, true).map(|a| a.mean_us)),
-    );
-    if let Some(v) = verdict(replays, report) {
+    if let Some(v) = verdict(replays, report, floor) {
         println!("\n{v}");
+    }
+    let noise = noisy(report, replays, floor);
+    if !noise.is_empty() {
+        println!(
+            "\nnote: noisy run (the floor should be the fastest figure): {}; rerun on an idle machine",
+            noise.join("; ")
+        );
     }
 }
 
-/// One sentence: the best strategy on cold prefill and its gain over faults.
-fn verdict(replays: &[Replays], report: &Report) -> Option<String> {
+fn times(r: Option<f64>) -> String {
+    r.map_or("-".into(), |r| format!("{r:.2}x"))
+}
+
+/// Where a floor figure came out slower than a strategy's: signs of a
+/// noisy machine (the floor reads the same bytes the least costly way).
+fn noisy(report: &Report, replays: &[Replays], floor: Option<&ReplayFloor>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut sizes: Vec<usize> = report.arms.iter().map(|a| a.rows).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    for n in sizes {
+        let Some(limit) = arm(report, "limit", n, true) else {
+            continue;
+        };
+        let fastest = report_strategies(report)
+            .into_iter()
+            .filter_map(|s| arm(report, s.name(), n, true))
+            .min_by(|a, b| a.mean_us.total_cmp(&b.mean_us));
+        if let Some(f) = fastest.filter(|f| f.mean_us < limit.median_us) {
+            out.push(format!(
+                "the {n}-row floor ({} ms) is slower than `{}` ({} ms)",
+                ms(Some(limit.median_us)),
+                f.strategy,
+                ms(Some(f.mean_us))
+            ));
+        }
+    }
+    for (prefill, phase) in [(true, "prefill"), (false, "decode")] {
+        let best = replays
+            .iter()
+            .filter_map(|r| tps(&r.cold, prefill).map(|t| (r, t)))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((r, t)) = best {
+            if let Some(f) = floor_tps(&r.cold, floor, prefill).filter(|&f| f < t) {
+                out.push(format!(
+                    "the cold {phase} floor ({f:.0} tokens/s) is slower than `{}` ({t:.0} tokens/s)",
+                    r.strategy
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// One sentence: the best strategy on cold prefill, its gain over faults
+/// and its distance from the floor.
+fn verdict(replays: &[Replays], report: &Report, floor: Option<&ReplayFloor>) -> Option<String> {
     let fault = replays.iter().find(|r| r.strategy == Strategy::Fault)?;
     let fault_tps = tps(&fault.cold, true)?;
     let best = replays
@@ -387,8 +505,11 @@ fn verdict(replays: &[Replays], report: &Report) -> Option<String> {
         }
         _ => String::new(),
     };
+    let to_floor = floor_ratio(&best.0.cold, floor, true).map_or(String::new(), |r| {
+        format!(" Its cold prefill takes {r:.2}x the device floor's time.")
+    });
     Some(format!(
-        "best: `{name}` prefills the cold corpus at {:.0} tokens/s, {:.1}x plain mmap faults ({:.0} tokens/s){gather}.",
+        "best: `{name}` prefills the cold corpus at {:.0} tokens/s, {:.1}x plain mmap faults ({:.0} tokens/s){gather}.{to_floor}",
         best.1,
         best.1 / fault_tps,
         fault_tps
@@ -442,22 +563,36 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-fn to_json(path: &Path, report: &Report, replays: &[Replays]) -> Json {
+fn to_json(path: &Path, report: &Report, replays: &[Replays], floor: Option<&ReplayFloor>) -> Json {
     let mut j = super::bench::to_json(report);
     j["command"] = json!("demo");
     j["file"]["path"] = json!(path.display().to_string());
+    let first = replays.first().map(|r| &r.cold);
+    j["replay_floor"] = match floor {
+        Some(f) => json!({
+            "prefill": report::phase_floor_json(&f.prefill),
+            "decode": report::phase_floor_json(&f.decode),
+            "prefill_tokens_per_s": first.and_then(|r| floor_tps(r, Some(f), true)),
+            "decode_tokens_per_s": first.and_then(|r| floor_tps(r, Some(f), false)),
+        }),
+        None => Json::Null,
+    };
+    j["noisy"] = json!(noisy(report, replays, floor));
     j["replays"] = replays
         .iter()
         .flat_map(|r| {
             [(&r.cold, true), (&r.warm, false)].map(|(rep, cold)| {
+                let f = floor.filter(|_| cold);
                 json!({
                     "strategy": r.strategy.name(),
                     "cold": cold,
                     "prefill_tokens": rep.prefill.tokens,
                     "prefill_tokens_per_s": tps(rep, true),
                     "prefill_gather_s": secs(rep.prefill.gather),
+                    "prefill_ratio_to_floor": floor_ratio(rep, f, true),
                     "decode_steps": rep.decode.steps,
                     "decode_tokens_per_s": tps(rep, false),
+                    "decode_ratio_to_floor": floor_ratio(rep, f, false),
                     "read_bytes": rep.prefill.read_bytes.zip(rep.decode.read_bytes).map(|(a, b)| a + b),
                     "peak_rss_bytes": rep.peak_rss,
                     "checksum": format!("{:016x}", rep.checksum),

@@ -9,8 +9,10 @@ use pleio::fetch::Strategy;
 use pleio::layout::Layout;
 use pleio::model::Model;
 use pleio_lab::bench::Machine;
+use pleio_lab::floor::{DepthSweep, Floor, PhaseFloor};
 use pleio_lab::replay::{
-    Eviction, Latency, PhaseReport, ReplayConfig, ReplayReport, Replayer, UbatchReport,
+    Eviction, Latency, PhaseReport, ReplayConfig, ReplayFloor, ReplayPlan, ReplayReport, Replayer,
+    UbatchReport,
 };
 use serde_json::{json, Value as Json};
 
@@ -28,7 +30,10 @@ use crate::report;
 /// the stream are drawn from it at random (`--seed`). Reports PLE-stage
 /// tokens/s (tokens per second of gather time), per-ubatch gather latency,
 /// distinct rows and pages, rows reused from earlier ubatches, bytes read
-/// from the device, major faults and peak RSS.
+/// from the device, major faults and peak RSS. With `--cold`, also the
+/// device floor of each phase (its rows' distinct extents read cold with
+/// O_DIRECT at the fastest queue depth, median of several passes), the
+/// floor's tokens/s and the gather time's ratio to it.
 #[derive(clap::Args)]
 pub struct Args {
     /// A GGUF file (or any shard of a split set) with a PLE table.
@@ -74,18 +79,42 @@ pub struct Args {
     /// reports whether it stays within the cap and what it measures there.
     #[arg(long, value_name = "SIZE", value_parser = pleio_lab::units::parse_quantity_arg)]
     mem_cap: Option<u64>,
+    /// Skip the device floor (capped children: the parent measures it
+    /// outside the cap).
+    #[arg(long, hide = true)]
+    no_floor: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let compute = Duration::try_from_secs_f64(a.compute_ms / 1e3)
-        .ok()
-        .context("--compute-ms must be a non-negative number of milliseconds (at most 2^64 s)")?;
     if let Some(out) = &a.plot {
         outfile::check_chart(out)?;
     }
     if let Some(cap) = a.mem_cap {
         return run_capped(&a, cap);
     }
+    let (replayer, tokens, cfg) = setup(&a)?;
+    let name = a.file.display().to_string();
+    let plan = replayer.plan(&tokens, &cfg).with_context(|| name.clone())?;
+    let rep = replayer.run(&plan, &cfg).with_context(|| name.clone())?;
+    let floor = if a.cold && !a.no_floor {
+        measure_floor(&replayer, &plan, a.seed)
+    } else {
+        None
+    };
+    let j = to_json(&a, &replayer, tokens.len(), &rep, floor.as_ref());
+    if a.json {
+        println!("{j}");
+    } else {
+        print_text(&a, &replayer, tokens.len(), &rep, floor.as_ref());
+    }
+    plot(&a, &j)
+}
+
+/// The replayer, the token stream and the replay's settings.
+fn setup(a: &Args) -> Result<(Replayer, Vec<u32>, ReplayConfig)> {
+    let compute = Duration::try_from_secs_f64(a.compute_ms / 1e3)
+        .ok()
+        .context("--compute-ms must be a non-negative number of milliseconds (at most 2^64 s)")?;
     let name = a.file.display().to_string();
     let model = Arc::new(Model::open(&a.file)?);
     let table = Layout::of_ple(&model).with_context(|| name.clone())?;
@@ -101,15 +130,23 @@ pub fn run(a: Args) -> Result<()> {
         compute,
         seed: a.seed,
     };
-    let plan = replayer.plan(&tokens, &cfg).with_context(|| name.clone())?;
-    let rep = replayer.run(&plan, &cfg).with_context(|| name.clone())?;
-    let j = to_json(&a, &replayer, tokens.len(), &rep);
-    if a.json {
-        println!("{j}");
-    } else {
-        print_text(&a, &replayer, tokens.len(), &rep);
+    Ok((replayer, tokens, cfg))
+}
+
+/// The device floor of `plan` at the queue depth a sweep finds fastest, or
+/// `None` (with a warning) where `O_DIRECT` io_uring reads cannot be made.
+fn measure_floor(r: &Replayer, plan: &ReplayPlan, seed: u64) -> Option<(DepthSweep, ReplayFloor)> {
+    let t = r.reader();
+    let measured = Floor::fastest(t.path(), t.layout(), pleio::sys::page_size(), seed)
+        .map_err(anyhow::Error::from)
+        .and_then(|(floor, sweep)| Ok((sweep, r.floor(plan, &floor)?)));
+    match measured {
+        Ok(m) => Some(m),
+        Err(e) => {
+            eprintln!("pleio: no device floor: {e:#}");
+            None
+        }
     }
-    plot(&a, &j)
 }
 
 /// `--plot`: the chart, its path on stdout (stderr under `--json`).
@@ -136,6 +173,7 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
     let mut args =
         report::args_without(&[("--mem-cap", true), ("--plot", true), ("--json", false)]);
     args.push("--json".into());
+    args.push("--no-floor".into());
     let label = a.strategy.name();
     if !a.json {
         eprintln!(
@@ -155,6 +193,18 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
         }
     };
     j["mem_cap"] = report::mem_cap_json(cap, version, std::slice::from_ref(&run));
+    if a.cold && run.report.is_some() {
+        // The floor measures the device, not the cap: measured here, for
+        // the same plan.
+        let (replayer, tokens, cfg) = setup(a)?;
+        let plan = replayer.plan(&tokens, &cfg)?;
+        if let Some((sweep, f)) = measure_floor(&replayer, &plan, a.seed) {
+            j["floor"] = report::floor_json(&sweep);
+            let r = &mut j["replays"][0];
+            add_floor(&mut r["prefill"], Some(&f.prefill));
+            add_floor(&mut r["decode"], Some(&f.decode));
+        }
+    }
     if a.json {
         println!("{j}");
     } else {
@@ -198,8 +248,11 @@ fn latency_json(l: Option<Latency>) -> Json {
     )
 }
 
-fn phase_json(p: &PhaseReport) -> Json {
-    json!({
+/// A phase's figures; with its floor, `floor_ms` (the median pass),
+/// `floor_tokens_per_s`, `ratio_to_floor` (gather over floor time) and the
+/// floor's details under `floor` (all `null` without).
+fn phase_json(p: &PhaseReport, floor: Option<&PhaseFloor>) -> Json {
+    let mut j = json!({
         "tokens": p.tokens,
         "steps": p.steps,
         "rows": p.rows,
@@ -212,7 +265,23 @@ fn phase_json(p: &PhaseReport) -> Json {
         "latency_ms": latency_json(p.latency),
         "read_bytes": p.read_bytes,
         "process_major_faults": p.process_major_faults,
-    })
+    });
+    add_floor(&mut j, floor);
+    j
+}
+
+/// Sets a phase's `floor_ms` (the median pass), `floor_tokens_per_s`,
+/// `ratio_to_floor` (its `gather_ms` over the floor's) and `floor` (the
+/// details), all `null` without a floor.
+fn add_floor(phase: &mut Json, floor: Option<&PhaseFloor>) {
+    // The same expression as the details' `median_ms`.
+    let floor_ms = floor.map(|f| f.timing.median_us / 1e3).filter(|&f| f > 0.0);
+    let tokens = phase["tokens"].as_u64().unwrap_or(0);
+    let per_s = |x: f64| (tokens > 0).then(|| tokens as f64 * 1e3 / x);
+    phase["floor_ms"] = json!(floor_ms);
+    phase["floor_tokens_per_s"] = json!(floor_ms.and_then(per_s));
+    phase["ratio_to_floor"] = json!(floor_ms.and_then(|f| Some(phase["gather_ms"].as_f64()? / f)));
+    phase["floor"] = floor.map_or(Json::Null, report::phase_floor_json);
 }
 
 fn ubatch_json(u: &UbatchReport) -> Json {
@@ -242,11 +311,18 @@ fn sum_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     Some(a? + b?)
 }
 
-fn to_json(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) -> Json {
+fn to_json(
+    a: &Args,
+    r: &Replayer,
+    stream: usize,
+    rep: &ReplayReport,
+    floor: Option<&(DepthSweep, ReplayFloor)>,
+) -> Json {
     let t = r.reader().layout();
-    let mut decode = phase_json(&rep.decode);
+    let mut decode = phase_json(&rep.decode, floor.map(|f| &f.1.decode));
     decode["drawn_tokens"] = json!(rep.drawn);
     let mut j = report::envelope("replay", &Machine::detect(), &a.file, t);
+    j["floor"] = floor.map_or(Json::Null, |(sweep, _)| report::floor_json(sweep));
     j["replays"] = json!([{
         "architecture": r.mapper().architecture(),
         "strategy": rep.strategy.name(),
@@ -256,7 +332,7 @@ fn to_json(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) -> Json {
         "ubatch": rep.ubatch,
         "seed": a.seed,
         "stream_tokens": stream,
-        "prefill": phase_json(&rep.prefill),
+        "prefill": phase_json(&rep.prefill, floor.map(|f| &f.1.prefill)),
         "decode": decode,
         "ubatches": rep.ubatches.iter().map(ubatch_json).collect::<Vec<_>>(),
         "evictions": rep.evictions.iter().map(eviction_json).collect::<Vec<_>>(),
@@ -311,7 +387,31 @@ fn mean(xs: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
-fn print_text(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) {
+/// `floor 12345 tokens/s (PLE 1.23x the floor)`, or nothing.
+fn floor_text(p: &PhaseReport, f: Option<&PhaseFloor>) -> String {
+    let Some(f) = f else { return String::new() };
+    format!(
+        "; device floor {} ({:.1} ms, median of {} passes, mean {:.1} p99 {:.1}; {} extents at queue depth {}), PLE {}",
+        f.tokens_per_s(p.tokens)
+            .map_or_else(|| "n/a".into(), |r| format!("{r:.0} tokens/s")),
+        f.timing.median_us / 1e3,
+        f.timing.samples,
+        f.timing.mean_us / 1e3,
+        f.timing.p99_us / 1e3,
+        f.extents,
+        f.queue_depth,
+        p.ratio_to_floor(f)
+            .map_or_else(|| "n/a".into(), |r| format!("{r:.2}x the floor")),
+    )
+}
+
+fn print_text(
+    a: &Args,
+    r: &Replayer,
+    stream: usize,
+    rep: &ReplayReport,
+    floor: Option<&(DepthSweep, ReplayFloor)>,
+) {
     let t = r.reader().layout();
     println!(
         "{}: {} {}, {} rows of {} B ({}); {} rows per token ({})",
@@ -341,11 +441,12 @@ fn print_text(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) {
     );
     let p = &rep.prefill;
     println!(
-        "prefill  {}  PLE {:.1} ms, exposed {:.1} ms, wall {:.1} ms",
+        "prefill  {}  PLE {:.1} ms, exposed {:.1} ms, wall {:.1} ms{}",
         rate(p),
         ms(p.gather),
         ms(p.exposed),
-        ms(p.wall)
+        ms(p.wall),
+        floor_text(p, floor.map(|f| &f.1.prefill))
     );
     println!("  ubatch gather  {}", latency_text(p.latency));
     let u = &rep.ubatches;
@@ -362,7 +463,12 @@ fn print_text(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) {
         opt(p.process_major_faults)
     );
     let d = &rep.decode;
-    println!("decode   {}  PLE {:.1} ms", rate(d), ms(d.gather));
+    println!(
+        "decode   {}  PLE {:.1} ms{}",
+        rate(d),
+        ms(d.gather),
+        floor_text(d, floor.map(|f| &f.1.decode))
+    );
     println!("  step gather    {}", latency_text(d.latency));
     println!(
         "  device reads   {}, major faults {}, {} of {} rows reused",
@@ -382,4 +488,7 @@ fn print_text(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) {
         opt_bytes(rep.peak_rss),
         rep.checksum
     );
+    if let Some((sweep, _)) = floor {
+        println!("{}", report::sweep_text(sweep));
+    }
 }

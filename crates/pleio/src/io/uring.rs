@@ -15,6 +15,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::ops::Range;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -82,6 +83,10 @@ impl std::fmt::Debug for State {
 /// Scratch kept between calls up to this size; larger is freed after use.
 const SCRATCH_KEEP: usize = 16 << 20;
 
+/// Bytes [`UringBackend::read_extents`] reads in one go (its scratch): a
+/// 8192-row batch of 4 KiB pages fits.
+const EXTENT_CHUNK: usize = 32 << 20;
+
 impl UringBackend {
     /// Open `path` read-only (with `O_DIRECT` if `cfg.direct`) and set up
     /// the ring. Fails with [`IoError::UringUnavailable`] where io_uring cannot
@@ -144,57 +149,86 @@ impl UringBackend {
         self.align
     }
 
-    /// The device-floor measurement: read the distinct pages `pages` (page
-    /// `p` is `page_bytes` bytes at `p * page_bytes`) as one request each, at
-    /// the configured queue depth, into scratch that is then discarded. With
-    /// `O_DIRECT`, `page_bytes` must be a multiple of [`alignment`].
-    /// A page past the end of the file is [`IoError::UnexpectedEof`]; the
-    /// last, partial page reads what the file has.
+    /// The device-floor measurement: read each byte extent of `extents` as
+    /// one request (an extent longer than [`UringConfig::max_read_bytes`]
+    /// as several), all in flight at up to the configured queue depth, into
+    /// scratch that is then discarded. With `O_DIRECT` every extent's start
+    /// and length must be multiples of [`alignment`]. An extent starting at
+    /// or past the end of the file is [`IoError::UnexpectedEof`]; one
+    /// reaching past it reads what the file has. Empty extents read nothing.
+    /// Scratch stays bounded: a batch of more than 32 MiB is read in chunks
+    /// of at most that size (or one request), one after the other.
     ///
     /// [`alignment`]: UringBackend::alignment
-    pub fn read_pages(&self, pages: &[u64], page_bytes: usize) -> Result<ReadStats, IoError> {
-        if page_bytes == 0 || !page_bytes.is_multiple_of(self.align) {
+    pub fn read_extents(&self, extents: &[Range<u64>]) -> Result<ReadStats, IoError> {
+        let a = self.align as u64;
+        if let Some(bad) = extents.iter().find(|e| {
+            !e.start.is_multiple_of(a) || !(e.end.saturating_sub(e.start)).is_multiple_of(a)
+        }) {
             return Err(IoError::DirectUnsupported {
                 path: self.path.clone(),
                 reason: format!(
-                    "page size {page_bytes} is not a multiple of the O_DIRECT alignment {}",
-                    self.align
+                    "extent {}..{} is not aligned to the O_DIRECT alignment {a}",
+                    bad.start, bad.end
                 ),
             });
         }
         let file_len = self.file_len()?;
-        let mut state = self.lock();
-        let State { ring, scratch } = &mut *state;
-        let need = pages
-            .len()
-            .checked_mul(page_bytes)
-            .ok_or(IoError::Staging {
-                need: usize::MAX,
-                got: 0,
-            })?;
-        let buf = scratch.get(need, self.align.max(4096));
-        let mut ops = Vec::with_capacity(pages.len());
-        for (&p, buf) in pages.iter().zip(buf.chunks_exact_mut(page_bytes)) {
-            let offset = p.saturating_mul(page_bytes as u64);
-            let want = file_len.saturating_sub(offset).min(page_bytes as u64) as usize;
-            if want == 0 {
+        let max = (self.cfg.max_read_bytes.clamp(1, MAX_READ) / self.align).max(1) * self.align;
+        // (file offset, bytes, bytes that must arrive) of every request.
+        let mut pieces: Vec<(u64, usize, usize)> = Vec::with_capacity(extents.len());
+        for e in extents.iter().filter(|e| e.end > e.start) {
+            if e.start >= file_len {
                 return Err(IoError::UnexpectedEof {
                     offset: file_len,
-                    end: offset.saturating_add(page_bytes as u64),
+                    end: e.end,
                 });
             }
-            ops.push(Op { offset, buf, want });
+            let mut offset = e.start;
+            while offset < e.end.min(file_len) {
+                let n = (e.end - offset).min(max as u64) as usize;
+                let want = (file_len - offset).min(n as u64) as usize;
+                pieces.push((offset, n, want));
+                offset += n as u64;
+            }
         }
-        let r = run_ops(
-            ring,
-            self.file.as_raw_fd(),
-            &mut ops,
-            self.queue_depth(),
-            self.align,
-        );
-        drop(ops);
+        let mut state = self.lock();
+        let State { ring, scratch } = &mut *state;
+        let mut stats = ReadStats::default();
+        let mut rest = &pieces[..];
+        while !rest.is_empty() {
+            // At least one piece, then as many as fit in EXTENT_CHUNK.
+            let mut bytes = rest[0].1;
+            let mut take = 1;
+            while take < rest.len() && bytes + rest[take].1 <= EXTENT_CHUNK {
+                bytes += rest[take].1;
+                take += 1;
+            }
+            let (chunk, tail) = rest.split_at(take);
+            rest = tail;
+            let mut buf = scratch.get(bytes, self.align.max(4096));
+            let mut ops = Vec::with_capacity(chunk.len());
+            for &(offset, n, want) in chunk {
+                let (head, tail) = std::mem::take(&mut buf).split_at_mut(n);
+                buf = tail;
+                ops.push(Op {
+                    offset,
+                    buf: head,
+                    want,
+                });
+            }
+            let r = self.run(ring, &mut ops, self.align);
+            drop(ops);
+            match r {
+                Ok(s) => stats.add(s),
+                Err(e) => {
+                    scratch.trim();
+                    return Err(e);
+                }
+            }
+        }
         scratch.trim();
-        r
+        Ok(stats)
     }
 
     fn file_len(&self) -> Result<u64, IoError> {
@@ -205,6 +239,18 @@ impl UringBackend {
                 what: "fstat",
                 error: source,
             })
+    }
+
+    /// [`run_ops`] on this backend's file at its queue depth and alignment
+    /// (1 when buffered).
+    fn run(
+        &self,
+        ring: &mut IoUring,
+        ops: &mut [Op<'_>],
+        align: usize,
+    ) -> Result<ReadStats, IoError> {
+        run_ops(ring, self.file.as_raw_fd(), ops, self.queue_depth(), align)
+            .map_err(|e| super::with_file_end(&self.file, e))
     }
 
     fn queue_depth(&self) -> usize {
@@ -228,14 +274,7 @@ impl UringBackend {
             })
             .collect();
         let mut state = self.lock();
-        run_ops(
-            &mut state.ring,
-            self.file.as_raw_fd(),
-            &mut ops,
-            self.queue_depth(),
-            1,
-        )
-        .map_err(|e| super::with_file_end(&self.file, e))
+        self.run(&mut state.ring, &mut ops, 1)
     }
 
     fn read_direct(&self, plan: &ReadPlan, staging: &mut [u8]) -> Result<ReadStats, IoError> {
@@ -288,14 +327,7 @@ impl UringBackend {
                 range_buf = tail;
             }
         }
-        let result = run_ops(
-            ring,
-            self.file.as_raw_fd(),
-            &mut ops,
-            self.queue_depth(),
-            self.align,
-        )
-        .map_err(|e| super::with_file_end(&self.file, e));
+        let result = self.run(ring, &mut ops, self.align);
         drop(ops);
         if result.is_ok() {
             let src = scratch.get(scratch_len, self.align.max(4096));

@@ -60,7 +60,7 @@ impl UringBackend {
     }
 
     /// Never called (no value exists).
-    pub fn read_pages(&self, _pages: &[u64], _page_bytes: usize) -> Result<ReadStats, IoError> {
+    pub fn read_extents(&self, _extents: &[std::ops::Range<u64>]) -> Result<ReadStats, IoError> {
         match *self {}
     }
 }
