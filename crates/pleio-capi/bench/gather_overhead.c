@@ -9,6 +9,7 @@
  * twice to warm the table, then ROUNDS times all batches in order; prints
  * {"ns_per_gather": [one mean per round]} as JSON.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "pleio.h"
 
 #include <stdint.h>

@@ -180,13 +180,15 @@ pub fn open(path: &Path, tensor: Option<&str>, strategy: Option<&str>) -> Result
     })
 }
 
-/// The table of `token`.
-pub fn table(token: usize) -> Result<Arc<TableState>, Failure> {
-    TABLES.get(token)
+/// Runs `f` on the table of `token`.
+pub fn with_table<R>(
+    token: usize,
+    f: impl FnOnce(&TableState) -> Result<R, Failure>,
+) -> Result<R, Failure> {
+    TABLES.with(token, f)
 }
 
-/// Ends the handle `token`; gathers running on other threads finish first
-/// on their own reference.
+/// Ends the handle `token`, once the calls in flight on tables are done.
 pub fn close(token: usize) -> Result<(), Failure> {
     TABLES.remove(token).map(drop)
 }
@@ -297,11 +299,6 @@ impl TableState {
     }
 }
 
-/// The prefetched batch of `token`.
-pub fn prefetch(token: usize) -> Result<Arc<PrefetchState>, Failure> {
-    PREFETCHES.get(token)
-}
-
 /// Ends the prefetch `token` (the batch is dropped; a batch not started is
 /// skipped).
 pub fn cancel(token: usize) -> Result<(), Failure> {
@@ -345,13 +342,16 @@ impl PrefetchState {
 }
 
 /// Ends the prefetch handle `token`, returning its batch.
-pub fn take_prefetch(token: usize) -> Result<Arc<PrefetchState>, Failure> {
+pub fn take_prefetch(token: usize) -> Result<PrefetchState, Failure> {
     PREFETCHES.remove(token)
 }
 
-/// The sequence of `token`.
-pub fn sequence(token: usize) -> Result<Arc<SequenceState>, Failure> {
-    SEQUENCES.get(token)
+/// Runs `f` on the sequence of `token`.
+pub fn with_sequence<R>(
+    token: usize,
+    f: impl FnOnce(&SequenceState) -> Result<R, Failure>,
+) -> Result<R, Failure> {
+    SEQUENCES.with(token, f)
 }
 
 /// Frees the sequence `token`.

@@ -348,11 +348,11 @@ pub extern "C" fn pleio_close(t: *mut pleio_table) {
 #[no_mangle]
 pub unsafe extern "C" fn pleio_table_info(t: *mut pleio_table, info: *mut pleio_info) -> c_int {
     guard(|| {
-        let state = api::table(t.addr())?;
         // The strings live in the table, which the registry keeps until
         // pleio_close.
+        let value = api::with_table(t.addr(), |state| Ok(state.info()))?;
         // SAFETY: the caller promises writable memory for the struct.
-        unsafe { put(info, state.info(), "info") }
+        unsafe { put(info, value, "info") }
     })
 }
 
@@ -370,8 +370,7 @@ pub unsafe extern "C" fn pleio_out_bytes(
     bytes: *mut usize,
 ) -> c_int {
     guard(|| {
-        let state = api::table(t.addr())?;
-        let need = state.out_bytes(dtype.get()?, n)?;
+        let need = api::with_table(t.addr(), |state| state.out_bytes(dtype.get()?, n))?;
         // SAFETY: the caller promises writable memory for a size_t.
         unsafe { put(bytes, need, "bytes") }
     })
@@ -390,34 +389,38 @@ unsafe fn gather_common<I: pleio::RowId>(
     out_bytes: usize,
     stats: *mut pleio_stats,
 ) -> Result<(), Failure> {
-    let state = api::table(t.addr())?;
     let dtype = dtype.get()?;
-    let need = state.need(dtype, n, out_bytes)?;
-    disjoint(
-        (ids.cast(), n.saturating_mul(size_of::<I>())),
-        (out.cast_const(), need),
-        "ids and out",
-    )?;
-    disjoint(
-        (stats.cast_const().cast(), size_of::<pleio_stats>()),
-        (out.cast_const(), need),
-        "stats and out",
-    )?;
-    // SAFETY: the caller promises `n` readable ids at `ids`.
-    let ids = unsafe { slice(ids, n, "ids") }?;
-    let done = if dtype == Dtype::F32 && out.cast::<f32>().is_aligned() {
-        // SAFETY: the caller promises `out_bytes >= need` writable bytes at
-        // `out`, touched by no one else during the call; `need` is a whole
-        // number of floats; any bit pattern is a valid f32.
-        let floats = unsafe { slice_mut(out.cast::<f32>(), need / 4, "out") }?;
-        state.gather_f32(ids, floats)?
-    } else {
-        // SAFETY: as above, as bytes (no alignment needed).
-        let bytes = unsafe { slice_mut(out.cast::<u8>(), need, "out") }?;
-        state.gather_bytes(ids, dtype, bytes)?
-    };
-    // SAFETY: the caller promises a NULL or writable `stats`.
-    unsafe { put_opt(stats, done.into(), "stats") }
+    api::with_table(t.addr(), |state| {
+        let need = state.need(dtype, n, out_bytes)?;
+        disjoint(
+            (ids.cast(), n.saturating_mul(size_of::<I>())),
+            (out.cast_const(), need),
+            "ids and out",
+        )?;
+        disjoint(
+            (stats.cast_const().cast(), size_of::<pleio_stats>()),
+            (out.cast_const(), need),
+            "stats and out",
+        )?;
+        // SAFETY: the caller promises `n` readable ids at `ids`.
+        let ids = unsafe { slice(ids, n, "ids") }?;
+        let done = if dtype == Dtype::F32 && out.cast::<f32>().is_aligned() {
+            // SAFETY: the caller promises `out_bytes >= need` writable bytes at
+            // `out`, touched by no one else during the call; `need` is a whole
+            // number of floats; any bit pattern is a valid f32.
+            let floats = unsafe { slice_mut(out.cast::<f32>(), need / 4, "out") }?;
+            state.gather_f32(ids, floats)?
+        } else {
+            // SAFETY: as above, as bytes (no alignment needed).
+            let bytes = unsafe { slice_mut(out.cast::<u8>(), need, "out") }?;
+            state.gather_bytes(ids, dtype, bytes)?
+        };
+        if stats.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the caller promises a NULL or writable `stats`.
+        unsafe { put(stats, done.into(), "stats") }
+    })
 }
 
 /// Gathers the rows `ids[0..n]` (in order, duplicates repeated) of the
@@ -484,10 +487,9 @@ unsafe fn prefetch_common<I: pleio::RowId>(
     if out.is_null() {
         return Err(Failure::argument("out (pleio_batch **) is NULL"));
     }
-    let state = api::table(t.addr())?;
     // SAFETY: the caller promises `n` readable ids.
     let ids = unsafe { slice(ids, n, "ids") }?;
-    let token = state.prefetch(ids)?;
+    let token = api::with_table(t.addr(), |state| state.prefetch(ids))?;
     let handle = std::ptr::without_provenance_mut::<pleio_batch>(token);
     // SAFETY: non-NULL (checked above); the caller promises a writable
     // pointer.
@@ -596,7 +598,7 @@ pub unsafe extern "C" fn pleio_sequence_new(
         if out.is_null() {
             return Err(Failure::argument("out (pleio_sequence **) is NULL"));
         }
-        let token = api::table(t.addr())?.sequence()?;
+        let token = api::with_table(t.addr(), |state| state.sequence())?;
         let handle = std::ptr::without_provenance_mut::<pleio_sequence>(token);
         // SAFETY: non-NULL (checked above); the caller promises a writable
         // pointer.
@@ -629,30 +631,31 @@ pub unsafe extern "C" fn pleio_sequence_map(
     rows_written_or_null: *mut usize,
 ) -> c_int {
     guard(|| {
-        let seq = api::sequence(s.addr())?;
-        let need = n
-            .checked_mul(seq.rows_per_token())
-            .ok_or_else(|| Failure::argument(format!("{n} tokens is too many")))?;
-        if rows_cap < need {
-            return Err(Failure::new(
-                Status::PLEIO_ERR_OUTPUT_SIZE,
-                format!("rows_cap is {rows_cap} but {n} tokens need {need} row ids"),
-            ));
-        }
-        disjoint(
-            (tokens.cast(), n.saturating_mul(4)),
-            (rows.cast_const().cast(), need.saturating_mul(8)),
-            "tokens and rows",
-        )?;
-        // SAFETY: the caller promises `n` readable tokens.
-        let tokens = unsafe { slice(tokens, n, "tokens") }?;
-        // SAFETY: the caller promises `rows_cap >= need` writable int64_t
-        // at `rows`, not touched by anyone else; u64 has the layout of
-        // int64_t and ids are below 2^63.
-        let out = unsafe { slice_mut(rows.cast::<u64>(), need, "rows") }?;
-        seq.map(tokens, out)?;
-        // SAFETY: the caller promises a NULL or writable size_t.
-        unsafe { put_opt(rows_written_or_null, need, "rows_written") }
+        api::with_sequence(s.addr(), |seq| {
+            let need = n
+                .checked_mul(seq.rows_per_token())
+                .ok_or_else(|| Failure::argument(format!("{n} tokens is too many")))?;
+            if rows_cap < need {
+                return Err(Failure::new(
+                    Status::PLEIO_ERR_OUTPUT_SIZE,
+                    format!("rows_cap is {rows_cap} but {n} tokens need {need} row ids"),
+                ));
+            }
+            disjoint(
+                (tokens.cast(), n.saturating_mul(4)),
+                (rows.cast_const().cast(), need.saturating_mul(8)),
+                "tokens and rows",
+            )?;
+            // SAFETY: the caller promises `n` readable tokens.
+            let tokens = unsafe { slice(tokens, n, "tokens") }?;
+            // SAFETY: the caller promises `rows_cap >= need` writable int64_t
+            // at `rows`, not touched by anyone else; u64 has the layout of
+            // int64_t and ids are below 2^63.
+            let out = unsafe { slice_mut(rows.cast::<u64>(), need, "rows") }?;
+            seq.map(tokens, out)?;
+            // SAFETY: the caller promises a NULL or writable size_t.
+            unsafe { put_opt(rows_written_or_null, need, "rows_written") }
+        })
     })
 }
 
@@ -660,8 +663,10 @@ pub unsafe extern "C" fn pleio_sequence_map(
 #[no_mangle]
 pub extern "C" fn pleio_sequence_reset(s: *mut pleio_sequence) -> c_int {
     guard(|| {
-        api::sequence(s.addr())?.reset();
-        Ok(())
+        api::with_sequence(s.addr(), |seq| {
+            seq.reset();
+            Ok(())
+        })
     })
 }
 

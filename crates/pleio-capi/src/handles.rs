@@ -8,12 +8,14 @@
 //! into freed memory. Slots are never reused: a stale handle cannot alias a
 //! newer object.
 //!
-//! Objects are kept in an [`Arc`]: a call clones it out of the registry and
-//! releases the lock before working, so `pleio_close` on one thread while
-//! another gathers lets the gather finish on its own reference; the object
-//! is dropped when the last user is done.
+//! A call works on the object under the registry's read lock
+//! ([`Registry::with`]: two atomic operations, no reference count to bump),
+//! so any number of threads use objects at once, and ending a handle (a
+//! write) waits for the calls in flight on that kind of object to finish
+//! before it takes the object out; the object is dropped after the lock is
+//! released.
 
-use std::sync::{Arc, RwLock};
+use std::sync::RwLock;
 
 use crate::status::{Failure, Status};
 
@@ -46,7 +48,7 @@ impl Kind {
 #[derive(Debug)]
 pub struct Registry<T> {
     kind: Kind,
-    slots: RwLock<Vec<Option<Arc<T>>>>,
+    slots: RwLock<Vec<Option<T>>>,
 }
 
 impl<T> Registry<T> {
@@ -72,7 +74,7 @@ impl<T> Registry<T> {
                     format!("too many {} handles opened", self.kind.c_name()),
                 )
             })?;
-        slots.push(Some(Arc::new(value)));
+        slots.push(Some(value));
         Ok(token)
     }
 
@@ -98,19 +100,26 @@ impl<T> Registry<T> {
         )
     }
 
-    /// The object of `token`; a closed, foreign or unknown token is a
-    /// [`Status::PLEIO_ERR_HANDLE`] failure.
-    pub fn get(&self, token: usize) -> Result<Arc<T>, Failure> {
-        let found = self.slot(token).and_then(|i| {
-            let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
-            slots.get(i).and_then(|s| s.clone())
-        });
-        found.ok_or_else(|| self.unknown(token))
+    /// Runs `f` on the object of `token`, under the read lock; a closed,
+    /// foreign or unknown token is a `PLEIO_ERR_HANDLE` failure.
+    pub fn with<R>(
+        &self,
+        token: usize,
+        f: impl FnOnce(&T) -> Result<R, Failure>,
+    ) -> Result<R, Failure> {
+        let Some(i) = self.slot(token) else {
+            return Err(self.unknown(token));
+        };
+        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        match slots.get(i) {
+            Some(Some(value)) => f(value),
+            _ => Err(self.unknown(token)),
+        }
     }
 
     /// Takes the object of `token` out of the registry (the token is dead
-    /// from now on); it is dropped when its last user is done.
-    pub fn remove(&self, token: usize) -> Result<Arc<T>, Failure> {
+    /// from now on), once the calls using objects of this kind are done.
+    pub fn remove(&self, token: usize) -> Result<T, Failure> {
         let taken = self.slot(token).and_then(|i| {
             let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
             slots.get_mut(i).and_then(Option::take)
@@ -131,11 +140,12 @@ mod tests {
         let b = tables.insert(8).unwrap();
         let s = seqs.insert(9).unwrap();
         assert_ne!(a, b);
-        assert_eq!(*tables.get(a).unwrap(), 7);
-        assert_eq!(*tables.get(b).unwrap(), 8);
+        let get = |r: &Registry<u32>, t| r.with(t, |v| Ok(*v));
+        assert_eq!(get(&tables, a).unwrap(), 7);
+        assert_eq!(get(&tables, b).unwrap(), 8);
         // another kind's token, NULL, garbage, a slot never issued
         for bad in [s, 0, 0xdead_beef, b + (1 << KIND_BITS)] {
-            let e = tables.get(bad).unwrap_err();
+            let e = get(&tables, bad).unwrap_err();
             assert_eq!(
                 e.status,
                 Status::PLEIO_ERR_HANDLE,
@@ -143,18 +153,21 @@ mod tests {
                 e.message
             );
         }
-        let held = tables.get(a).unwrap();
-        assert_eq!(*tables.remove(a).unwrap(), 7);
-        // closed: an error, and a second close too; the held reference lives
-        assert!(tables.get(a).unwrap_err().message.contains("closed"));
+        assert_eq!(tables.remove(a).unwrap(), 7);
+        // closed: an error, and a second close too
+        assert!(get(&tables, a).unwrap_err().message.contains("closed"));
         assert_eq!(
             tables.remove(a).unwrap_err().status,
             Status::PLEIO_ERR_HANDLE
         );
-        assert_eq!(*held, 7);
+        // a failure inside the call is the call's
+        let e = tables
+            .with(b, |_| Err::<(), _>(Failure::argument("inner")))
+            .unwrap_err();
+        assert_eq!(e.message, "inner");
         // slots are not reused
         let c = tables.insert(10).unwrap();
         assert!(c != a && c != b);
-        assert_eq!(*tables.get(b).unwrap(), 8);
+        assert_eq!(get(&tables, b).unwrap(), 8);
     }
 }
