@@ -285,10 +285,11 @@ int pleio_open_with(const char *path,
 
 /**
  * Closes a table handle. NULL is ignored; a handle already closed (or not
- * a table) is ignored too, with `pleio_last_error` set. Gathers still
- * running on other threads finish normally; later calls with the handle
- * fail with `PLEIO_ERR_HANDLE`. Prefetches and sequences made from the
- * table stay valid until they are ended themselves.
+ * a table) is ignored too, with `pleio_last_error` set. Calls on tables
+ * running on other threads finish first (the close waits for them); later
+ * calls with the handle fail with `PLEIO_ERR_HANDLE`. Prefetches and
+ * sequences made from the table stay valid until they are ended
+ * themselves.
  */
 void pleio_close(struct pleio_table *t);
 

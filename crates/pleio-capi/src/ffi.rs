@@ -328,10 +328,11 @@ pub unsafe extern "C" fn pleio_open_with(
 }
 
 /// Closes a table handle. NULL is ignored; a handle already closed (or not
-/// a table) is ignored too, with `pleio_last_error` set. Gathers still
-/// running on other threads finish normally; later calls with the handle
-/// fail with `PLEIO_ERR_HANDLE`. Prefetches and sequences made from the
-/// table stay valid until they are ended themselves.
+/// a table) is ignored too, with `pleio_last_error` set. Calls on tables
+/// running on other threads finish first (the close waits for them); later
+/// calls with the handle fail with `PLEIO_ERR_HANDLE`. Prefetches and
+/// sequences made from the table stay valid until they are ended
+/// themselves.
 #[no_mangle]
 pub extern "C" fn pleio_close(t: *mut pleio_table) {
     if t.is_null() {
