@@ -240,6 +240,10 @@ impl TableState {
         ids: &[I],
         f: impl FnOnce(&[u64]) -> Result<R, pleio::Error>,
     ) -> Result<R, Failure> {
+        if let Some(rows) = I::as_rows(ids) {
+            // the gather checks them itself
+            return Ok(f(rows)?);
+        }
         ROWS.with(|cell| {
             let mut rows = cell.take();
             let r = self.table.rows_from(ids, &mut rows).and_then(|()| f(&rows));

@@ -452,8 +452,31 @@ pub unsafe extern "C" fn pleio_gather(
     out_bytes: usize,
     stats_or_null: *mut pleio_stats,
 ) -> c_int {
-    // SAFETY: the caller's promise, forwarded.
-    guard(|| unsafe { gather_common(t, ids, n, dtype, out, out_bytes, stats_or_null) })
+    guard(|| {
+        // SAFETY: the caller promises `n` readable int64_t at `ids`.
+        let signed = unsafe { slice(ids, n, "ids") }?;
+        if signed.iter().all(|&id| id >= 0) {
+            // Non-negative int64_t ids have the bits of their uint64_t
+            // values: gathered in place, without widening.
+            // SAFETY: the caller's promise, forwarded; u64 has the size and
+            // alignment of i64 and every bit pattern is valid.
+            unsafe {
+                gather_common(
+                    t,
+                    ids.cast::<u64>(),
+                    n,
+                    dtype,
+                    out,
+                    out_bytes,
+                    stats_or_null,
+                )
+            }
+        } else {
+            // The engine names the negative id.
+            // SAFETY: the caller's promise, forwarded.
+            unsafe { gather_common(t, ids, n, dtype, out, out_bytes, stats_or_null) }
+        }
+    })
 }
 
 /// `pleio_gather` with `int32_t` row ids (llama.cpp's): negative ids are

@@ -25,14 +25,18 @@ thread_local! {
 
 /// Runs `f` on `ids` as the engine's row ids: checked (a negative id or
 /// one past the end is an error naming it) and widened, in this thread's
-/// reused buffer; uint64 ids are passed as they are.
+/// reused buffer; uint64 ids, and int64 ids none of which is negative, are
+/// passed as they are.
 fn with_rows<R>(
     table: &pleio::Table,
     ids: IntSlice<'_>,
     f: impl FnOnce(&[u64]) -> pleio::Result<R>,
 ) -> pleio::Result<R> {
-    if let IntSlice::U64(rows) = ids {
-        return f(rows);
+    match ids {
+        IntSlice::U64(rows) => return f(rows),
+        // non-negative int64 ids have the bits of their uint64 values
+        IntSlice::I64(s) if s.iter().all(|&id| id >= 0) => return f(bytemuck::cast_slice(s)),
+        _ => {}
     }
     ROWS.with(|cell| {
         let mut rows = cell.take();
