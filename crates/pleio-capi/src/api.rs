@@ -286,7 +286,11 @@ impl TableState {
     /// Starts fetching `ids` in the background; returns the prefetch token.
     pub fn prefetch<I: RowId>(&self, ids: &[I]) -> Result<usize, Failure> {
         let lookahead = self.lookahead()?;
-        let pending = self.with_rows(ids, |rows| Ok(lookahead.prefetch(rows)))?;
+        // Checked here (the worker's gather would report a bad id only at
+        // the wait), widened into the copy the worker keeps anyway.
+        let mut rows = Vec::new();
+        self.table.rows_from(ids, &mut rows)?;
+        let pending = lookahead.prefetch(&rows);
         PREFETCHES.insert(PrefetchState {
             pending: Mutex::new(Some(pending)),
             row_elems: self.table.row_elems(),

@@ -93,6 +93,17 @@ impl IntSlice<'_> {
         }
     }
 
+    /// Checks the ids against `table` and widens them into `rows`
+    /// ([`pleio::Table::rows_from`]).
+    pub fn rows_into(self, table: &pleio::Table, rows: &mut Vec<u64>) -> pleio::Result<()> {
+        match self {
+            IntSlice::I64(s) => table.rows_from(s, rows),
+            IntSlice::U64(s) => table.rows_from(s, rows),
+            IntSlice::I32(s) => table.rows_from(s, rows),
+            IntSlice::U32(s) => table.rows_from(s, rows),
+        }
+    }
+
     /// As token ids (`u32`): a negative or too large value is a
     /// `ValueError` naming it.
     pub fn tokens(self) -> PyResult<Vec<u32>> {

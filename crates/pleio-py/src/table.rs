@@ -40,13 +40,7 @@ fn with_rows<R>(
     }
     ROWS.with(|cell| {
         let mut rows = cell.take();
-        let checked = match ids {
-            IntSlice::I64(s) => table.rows_from(s, &mut rows),
-            IntSlice::I32(s) => table.rows_from(s, &mut rows),
-            IntSlice::U32(s) => table.rows_from(s, &mut rows),
-            IntSlice::U64(s) => table.rows_from(s, &mut rows),
-        };
-        let r = checked.and_then(|()| f(&rows));
+        let r = ids.rows_into(table, &mut rows).and_then(|()| f(&rows));
         cell.replace(rows);
         r
     })
@@ -267,7 +261,12 @@ impl Table {
         let pending = py
             .detach(|| {
                 let lookahead = self.lookahead()?;
-                with_rows(&self.table, ids, |rows| Ok(lookahead.prefetch(rows)))
+                // Checked here (the worker's gather would report a bad id
+                // only at the wait), widened into the copy the worker keeps
+                // anyway.
+                let mut rows = Vec::new();
+                ids.rows_into(&self.table, &mut rows)?;
+                Ok(lookahead.prefetch(&rows))
             })
             .py_err(py)?;
         Ok(Prefetch {

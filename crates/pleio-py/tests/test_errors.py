@@ -50,8 +50,10 @@ def test_negative_int32_ids(q):
     t = pleio.open(q.path)
     with pytest.raises(pleio.RowOutOfRangeError, match="-3"):
         t.gather(np.array([1, -3], dtype=np.int32))
-    with pytest.raises(pleio.RowOutOfRangeError):
-        t.prefetch([q.rows])
+    # prefetch checks ids when called, in every integer form
+    for bad in ([q.rows], np.array([q.rows], dtype=np.uint64), np.array([-1], dtype=np.int64)):
+        with pytest.raises(pleio.RowOutOfRangeError):
+            t.prefetch(bad)
 
 
 def test_missing_file(tmp_path):
