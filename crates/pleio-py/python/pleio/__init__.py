@@ -1,10 +1,11 @@
 """pleio: gather rows of huge on-disk GGUF embedding tables into NumPy arrays.
 
-    import pleio
+    import numpy as np, pleio
     t = pleio.open("model-00001-of-00003.gguf")     # its per-layer-embedding table
     rows = t.gather([3, 1_000_000, 3])               # float32, shape (3, t.row_elems)
     ids = pleio.row_ids(t, [9707, 11, 1879]).ravel() # the rows the model asks for
-    t.gather(ids, out=buf, dtype="bfloat16")         # in place, GIL released
+    buf = np.empty((len(ids), t.row_elems), np.float16)
+    t.gather(ids, out=buf, dtype="float16")          # in place, GIL released
 
 See the README's "Python" section: dtypes, errors, threading.
 """

@@ -1,6 +1,7 @@
 """Type stubs of the pleio package (the extension module pleio._pleio)."""
 
 import os
+from pathlib import Path
 from typing import Any, Dict, Literal, Optional, Sequence as _Seq, Union
 
 import numpy as np
@@ -23,7 +24,7 @@ class Error(Exception):
     """Base class of every error pleio raises."""
 
     kind: str
-    path: Optional[str]
+    path: Optional[Path]
     tensor: Optional[str]
     row: Optional[int]
     offset: Optional[int]
@@ -69,7 +70,7 @@ class Table:
     def encoding(self) -> str:
         """ggml's name of the stored element type, e.g. "IQ4_NL"."""
     @property
-    def path(self) -> str: ...
+    def path(self) -> Path: ...
     @property
     def tensor(self) -> str: ...
     @property
