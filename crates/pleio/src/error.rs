@@ -157,6 +157,7 @@ impl From<TableError> for Error {
     fn from(e: TableError) -> Error {
         let (kind, row) = match &e {
             TableError::RowOutOfRange { row, .. } => (ErrorKind::RowOutOfRange, Some(*row)),
+            TableError::NegativeRow { .. } => (ErrorKind::RowOutOfRange, None),
             _ => (ErrorKind::NoTable, None),
         };
         let tensor = match &e {
@@ -165,7 +166,8 @@ impl From<TableError> for Error {
             | TableError::PartialBlock { name, .. }
             | TableError::EmptyRows { name }
             | TableError::TooLarge { name, .. }
-            | TableError::RowOutOfRange { name, .. } => Some(name.clone()),
+            | TableError::RowOutOfRange { name, .. }
+            | TableError::NegativeRow { name, .. } => Some(name.clone()),
         };
         let mut err = Error::new(kind, e);
         err.row = row;

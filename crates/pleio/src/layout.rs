@@ -86,6 +86,70 @@ pub enum TableError {
         /// Rows in the table.
         n_rows: u64,
     },
+    /// A negative row id (from a caller holding ids in a signed type).
+    #[error("row {id} is out of range: tensor {name:?} has {n_rows} rows (valid ids 0..={last})", last = .n_rows.saturating_sub(1))]
+    NegativeRow {
+        /// Tensor name.
+        name: String,
+        /// The id given.
+        id: i64,
+        /// Rows in the table.
+        n_rows: u64,
+    },
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for u64 {}
+    impl Sealed for i64 {}
+    impl Sealed for u32 {}
+    impl Sealed for i32 {}
+}
+
+/// An integer type callers hold row ids in: `u64` (the engine's own),
+/// `i64`, `u32`, `i32` (C's `int32_t`/`int64_t`, NumPy arrays). See
+/// [`Layout::rows_from`]; a negative id is out of range.
+pub trait RowId: Copy + sealed::Sealed {
+    /// The id as a row number, or the negative value.
+    fn to_row(self) -> Result<u64, i64>;
+
+    /// `ids` as row numbers without a copy, when they already are (`u64`).
+    fn as_rows(ids: &[Self]) -> Option<&[u64]> {
+        let _ = ids;
+        None
+    }
+}
+
+impl RowId for u64 {
+    #[inline]
+    fn to_row(self) -> Result<u64, i64> {
+        Ok(self)
+    }
+
+    fn as_rows(ids: &[u64]) -> Option<&[u64]> {
+        Some(ids)
+    }
+}
+
+impl RowId for u32 {
+    #[inline]
+    fn to_row(self) -> Result<u64, i64> {
+        Ok(u64::from(self))
+    }
+}
+
+impl RowId for i64 {
+    #[inline]
+    fn to_row(self) -> Result<u64, i64> {
+        u64::try_from(self).map_err(|_| self)
+    }
+}
+
+impl RowId for i32 {
+    #[inline]
+    fn to_row(self) -> Result<u64, i64> {
+        u64::try_from(self).map_err(|_| i64::from(self))
+    }
 }
 
 impl Layout {
@@ -236,6 +300,27 @@ impl Layout {
                 n_rows: self.rows,
             })
         }
+    }
+
+    /// Checks `ids` and widens them to row numbers in `rows` (cleared
+    /// first): the first id that is negative or not below [`Layout::rows`]
+    /// is an error naming it and the row count.
+    pub fn rows_from<I: RowId>(&self, ids: &[I], rows: &mut Vec<u64>) -> Result<(), TableError> {
+        rows.clear();
+        let n = self.rows;
+        // Two tight passes (check, then widen) rather than one branchy one.
+        if let Some(&bad) = ids.iter().find(|id| !matches!(id.to_row(), Ok(r) if r < n)) {
+            return match bad.to_row() {
+                Ok(row) => self.row_offset(row).map(|_| ()),
+                Err(id) => Err(TableError::NegativeRow {
+                    name: self.name.clone(),
+                    id,
+                    n_rows: n,
+                }),
+            };
+        }
+        rows.extend(ids.iter().map(|id| id.to_row().unwrap_or(0)));
+        Ok(())
     }
 
     /// Checks every id of `rows` before any I/O happens.

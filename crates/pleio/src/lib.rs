@@ -39,8 +39,8 @@ pub mod sys;
 pub mod tokenizer;
 
 pub use error::{Error, ErrorKind, Result};
-pub use fetch::{GatherStats, Strategy, Table};
-pub use layout::Layout;
+pub use fetch::{GatherStats, GatherTotals, Strategy, Table};
+pub use layout::{Layout, RowId};
 pub use output::Dtype;
 
 /// The README's code blocks, compiled by `cargo test --doc`.

@@ -32,6 +32,7 @@
 //! implements that rule.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::gguf::{Metadata, Value};
 use crate::layout::Layout;
@@ -799,6 +800,54 @@ impl RowMapper for ModelSequence<'_> {
         match self {
             Self::Qwen(s) => s.map_into(tokens, out),
             Self::Gemma(g) => g.map_into(tokens, out),
+        }
+    }
+}
+
+/// One token stream of a shared [`ModelRows`], owning its mapper: a
+/// [`ModelSequence`] that can live in a handle (a binding's sequence
+/// object, a server's per-request state) instead of borrowing.
+#[derive(Debug, Clone)]
+pub struct OwnedSequence {
+    rows: Arc<ModelRows>,
+    /// The qwen4exp history (gemma4 has none).
+    history: Option<QwenHistory>,
+}
+
+impl OwnedSequence {
+    /// A fresh stream of `rows`.
+    pub fn new(rows: Arc<ModelRows>) -> OwnedSequence {
+        let history = rows.qwen().map(QwenNgramParams::new_history);
+        OwnedSequence { rows, history }
+    }
+
+    /// The mapper.
+    pub fn rows(&self) -> &Arc<ModelRows> {
+        &self.rows
+    }
+
+    /// Forgets all predecessors: the next token starts a fresh sequence.
+    pub fn reset(&mut self) {
+        self.history = self.rows.qwen().map(QwenNgramParams::new_history);
+    }
+}
+
+impl RowMapper for OwnedSequence {
+    fn rows_per_token(&self) -> usize {
+        self.rows.rows_per_token()
+    }
+
+    fn map_into(&mut self, tokens: &[u32], out: &mut [u64]) -> Result<(), NgramError> {
+        match &*self.rows {
+            // advances the history only on success
+            ModelRows::Qwen(p) => self
+                .history
+                .get_or_insert_with(|| p.new_history())
+                .map_into(p, tokens, out),
+            ModelRows::Gemma(g) => {
+                let mut g = *g;
+                g.map_into(tokens, out)
+            }
         }
     }
 }

@@ -15,6 +15,9 @@
 mod auto;
 mod direct;
 mod known_pages;
+mod totals;
+
+pub use totals::GatherTotals;
 
 use std::cell::RefCell;
 use std::fmt;
@@ -24,7 +27,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::error::Error;
 use crate::io::IoError;
-use crate::layout::{Layout, TableError};
+use crate::layout::{Layout, RowId, TableError};
 use crate::lookahead::Lookahead;
 use crate::map::Mapping;
 use crate::model::Model;
@@ -254,6 +257,7 @@ struct Shared {
     decoder: RowDecoder,
     backends: direct::Backends,
     residency: OnceLock<known_pages::Residency>,
+    totals: totals::Totals,
 }
 
 /// A table of an open model, ready to gather rows: the entry point of pleio.
@@ -339,6 +343,7 @@ impl Table {
                 decoder,
                 backends: direct::Backends::new(path),
                 residency: OnceLock::new(),
+                totals: totals::Totals::default(),
             }),
             advisor: sys::os_advisor(),
             strategy: Strategy::default(),
@@ -383,6 +388,12 @@ impl Table {
         if let Some(r) = self.shared.residency.get() {
             r.clear();
         }
+    }
+
+    /// Totals of every successful gather of this table (all clones and
+    /// threads, the lookahead worker's included) since it was opened.
+    pub fn stats(&self) -> GatherTotals {
+        self.shared.totals.get()
     }
 
     /// Pages of the table `auto` currently believes resident.
@@ -461,6 +472,18 @@ impl Table {
             row_bytes: t.row_bytes(),
             n_rows: t.rows(),
         }
+    }
+
+    /// Checks `ids` (held in any [`RowId`] type) and widens them to the row
+    /// numbers [`Table::gather`] takes, in `rows` (cleared first). A
+    /// negative id, or one not below [`Table::rows`], is a
+    /// [`ErrorKind::RowOutOfRange`](crate::ErrorKind::RowOutOfRange) error
+    /// naming it and the row count, as a gather's own check would be.
+    pub fn rows_from<I: RowId>(&self, ids: &[I], rows: &mut Vec<u64>) -> Result<(), Error> {
+        self.shared
+            .table
+            .rows_from(ids, rows)
+            .map_err(|e| self.locate(GatherError::Table(e)))
     }
 
     /// Decodes `rows` to f32 with the table's strategy, in request order
@@ -557,6 +580,7 @@ impl Table {
         if let Some(before) = faults_before {
             stats.major_faults = sys::thread_major_faults().map(|now| now.saturating_sub(before));
         }
+        self.shared.totals.add(&stats);
         Ok(stats)
     }
 

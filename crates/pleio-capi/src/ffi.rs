@@ -1,0 +1,705 @@
+//! The `extern "C"` functions of `include/pleio.h`.
+//!
+//! This is the crate's only module with `unsafe` code (`#[allow(unsafe_code)]`
+//! here, `#![deny(unsafe_code)]` at the root): turning the caller's pointers
+//! into slices and writing the caller's structs. Every such block has a
+//! `// SAFETY:` comment, and each goes through one of four helpers
+//! ([`slice`], [`slice_mut`], [`c_str`], [`put`]) that first reject NULL
+//! (where the argument is required), misalignment and sizes past
+//! `isize::MAX`. What remains is the caller's promise that a non-NULL
+//! pointer points at as much memory as it says, stated on each function
+//! under "Safety".
+//!
+//! Every function runs inside [`guard`]: a panic is caught and returned as
+//! `PLEIO_ERR_INTERNAL`, never unwound into C.
+//!
+//! Ownership: handles (`pleio_table *`, `pleio_batch *`,
+//! `pleio_sequence *`) are opaque tokens owned by the caller from the
+//! function that returns them until the one that ends them (`pleio_close`,
+//! `pleio_wait` / `pleio_prefetch_cancel`, `pleio_sequence_free`); pleio
+//! never dereferences them, so a stale one is an error, not a crash. Every
+//! other pointer is borrowed for the duration of the call only, except the
+//! strings of `pleio_table_info`, which the table owns until `pleio_close`,
+//! and `pleio_last_error()`'s, which its thread owns until its next failing
+//! call.
+#![allow(unsafe_code)]
+#![allow(non_camel_case_types)] // the C names of include/pleio.h
+
+use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
+use std::mem::{align_of, size_of};
+use std::os::unix::ffi::OsStrExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+
+use crate::api::{self, Dtype};
+use crate::status::{self, Failure, Status};
+
+pub use crate::api::{pleio_info, pleio_stats};
+
+/// An open table (opaque; see `pleio_open`). Thread-safe: any number of
+/// threads may use one handle at once.
+pub struct pleio_table {
+    _opaque: [u8; 0],
+}
+
+/// A batch of rows being fetched in the background (opaque; see
+/// `pleio_prefetch`).
+pub struct pleio_batch {
+    _opaque: [u8; 0],
+}
+
+/// One token stream's row-id state (opaque; see `pleio_sequence_new`).
+pub struct pleio_sequence {
+    _opaque: [u8; 0],
+}
+
+/// Output element types of `pleio_gather` (pass as the `dtype` argument).
+///
+/// The value is received as an integer and checked: anything else is
+/// `PLEIO_ERR_ARGUMENT`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub enum pleio_dtype {
+    /// float, exactly ggml's `to_float` (4 bytes per element).
+    PLEIO_DTYPE_F32 = 0,
+    /// bfloat16 bits (uint16_t), rounded to nearest even from the exact f32.
+    PLEIO_DTYPE_BF16 = 1,
+    /// IEEE half bits (uint16_t), rounded to nearest even from the exact f32.
+    PLEIO_DTYPE_F16 = 2,
+    /// The row's stored bytes, undecoded (`row_bytes` per row).
+    PLEIO_DTYPE_RAW = 3,
+}
+
+/// How a `pleio_dtype` argument arrives: as the integer C passed, checked
+/// before use (a C enum may hold any value of its type).
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct DtypeArg(pub u32);
+
+impl DtypeArg {
+    fn get(self) -> Result<Dtype, Failure> {
+        Ok(match self.0 {
+            0 => Dtype::F32,
+            1 => Dtype::Bf16,
+            2 => Dtype::F16,
+            3 => Dtype::Raw,
+            v => {
+                return Err(Failure::argument(format!(
+                    "dtype {} is not a pleio_dtype (0..=3)",
+                    v as i32
+                )))
+            }
+        })
+    }
+}
+
+/// Runs `f`, turning a panic into `PLEIO_ERR_INTERNAL` and a failure into
+/// its code and this thread's last error.
+fn guard(f: impl FnOnce() -> Result<(), Failure>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => status::finish(r),
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            status::fail(Failure::new(
+                Status::PLEIO_ERR_INTERNAL,
+                format!("internal error (a bug in pleio, please report it): {what}"),
+            ))
+        }
+    }
+}
+
+/// `n` elements at `ptr` as a slice; `ptr` may be NULL when `n` is 0.
+///
+/// # Safety
+/// A non-NULL `ptr` must point at `n` initialized `T`s that nothing writes
+/// during the call.
+unsafe fn slice<'a, T>(ptr: *const T, n: usize, what: &str) -> Result<&'a [T], Failure> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    check_ptr(ptr, n, what)?;
+    // SAFETY: `ptr` is non-NULL, aligned for T and `n * size_of::<T>()`
+    // fits in isize (check_ptr); the caller promises `n` readable T's that
+    // stay unchanged during the call.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, n) })
+}
+
+/// `n` elements at `ptr` as a mutable slice; `ptr` may be NULL when `n` is
+/// 0.
+///
+/// # Safety
+/// A non-NULL `ptr` must point at `n` writable `T`s (any bit pattern is a
+/// valid T for the types used here) that nothing else reads or writes
+/// during the call.
+unsafe fn slice_mut<'a, T>(ptr: *mut T, n: usize, what: &str) -> Result<&'a mut [T], Failure> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    check_ptr(ptr, n, what)?;
+    // SAFETY: as in `slice`, plus the caller's promise that the memory is
+    // writable and not accessed by anyone else during the call.
+    Ok(unsafe { std::slice::from_raw_parts_mut(ptr, n) })
+}
+
+fn check_ptr<T>(ptr: *const T, n: usize, what: &str) -> Result<(), Failure> {
+    if ptr.is_null() {
+        return Err(Failure::argument(format!(
+            "{what} is NULL (with {n} elements)"
+        )));
+    }
+    if !ptr.is_aligned() {
+        return Err(Failure::argument(format!(
+            "{what} ({ptr:p}) is not aligned to {} bytes",
+            align_of::<T>()
+        )));
+    }
+    match n.checked_mul(size_of::<T>()) {
+        Some(b) if b <= isize::MAX as usize => Ok(()),
+        _ => Err(Failure::argument(format!(
+            "{what}: {n} elements is too many"
+        ))),
+    }
+}
+
+/// The NUL-terminated string at `ptr`, or `None` for NULL.
+///
+/// # Safety
+/// A non-NULL `ptr` must point at a NUL-terminated string that stays
+/// unchanged during the call.
+unsafe fn c_str<'a>(ptr: *const c_char) -> Option<&'a CStr> {
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL, and the caller promises a NUL-terminated string.
+    Some(unsafe { CStr::from_ptr(ptr) })
+}
+
+/// Writes `value` to `*ptr`.
+///
+/// # Safety
+/// A non-NULL `ptr` must point at writable memory for a `T`.
+unsafe fn put<T>(ptr: *mut T, value: T, what: &str) -> Result<(), Failure> {
+    if ptr.is_null() {
+        return Err(Failure::argument(format!("{what} is NULL")));
+    }
+    if !ptr.is_aligned() {
+        return Err(Failure::argument(format!(
+            "{what} ({ptr:p}) is not aligned to {} bytes",
+            align_of::<T>()
+        )));
+    }
+    // SAFETY: non-NULL and aligned (checked above); the caller promises
+    // writable memory for a T. `write` does not drop the old contents,
+    // which may be uninitialized.
+    unsafe { ptr.write(value) };
+    Ok(())
+}
+
+/// Writes `value` to `*ptr` unless `ptr` is NULL.
+///
+/// # Safety
+/// As [`put`].
+unsafe fn put_opt<T>(ptr: *mut T, value: T, what: &str) -> Result<(), Failure> {
+    if ptr.is_null() {
+        return Ok(());
+    }
+    // SAFETY: forwarded; the caller's promise covers a non-NULL `ptr`.
+    unsafe { put(ptr, value, what) }
+}
+
+/// Fails when the byte ranges of two buffers overlap.
+fn disjoint(
+    a: (*const c_void, usize),
+    b: (*const c_void, usize),
+    what: &str,
+) -> Result<(), Failure> {
+    let (a0, b0) = (a.0 as usize, b.0 as usize);
+    if a.1 == 0 || b.1 == 0 || a0.saturating_add(a.1) <= b0 || b0.saturating_add(b.1) <= a0 {
+        Ok(())
+    } else {
+        Err(Failure::argument(format!("{what} overlap")))
+    }
+}
+
+/// Opens a path and tensor name given as C strings.
+///
+/// # Safety
+/// `path` and (if not NULL) `tensor` and `strategy` must be NUL-terminated
+/// strings.
+unsafe fn open_common(
+    path: *const c_char,
+    tensor: *const c_char,
+    strategy: *const c_char,
+    out: *mut *mut pleio_table,
+) -> Result<(), Failure> {
+    if out.is_null() {
+        return Err(Failure::argument("out (pleio_table **) is NULL"));
+    }
+    // SAFETY: the caller promises NUL-terminated strings where not NULL.
+    let (path, tensor, strategy) = unsafe { (c_str(path), c_str(tensor), c_str(strategy)) };
+    let path = path.ok_or_else(|| Failure::argument("path is NULL"))?;
+    let path = Path::new(OsStr::from_bytes(path.to_bytes()));
+    let tensor = tensor
+        .map(|t| {
+            t.to_str()
+                .map_err(|_| Failure::argument("tensor name is not UTF-8"))
+        })
+        .transpose()?;
+    let strategy = strategy
+        .map(|s| {
+            s.to_str()
+                .map_err(|_| Failure::argument("strategy name is not UTF-8"))
+        })
+        .transpose()?;
+    let token = api::open(path, tensor, strategy)?;
+    let handle = std::ptr::without_provenance_mut::<pleio_table>(token);
+    // SAFETY: `out` is non-NULL (checked above); the caller promises it
+    // points at a writable `pleio_table *`.
+    unsafe { put(out, handle, "out (pleio_table **)") }.inspect_err(|_| {
+        // Not handed over: close it again.
+        let _ = api::close(token);
+    })
+}
+
+/// pleio's version ("0.1.0"), a static string.
+#[no_mangle]
+pub extern "C" fn pleio_version() -> *const c_char {
+    const VERSION: &CStr =
+        match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+            Ok(v) => v,
+            Err(_) => c"unknown",
+        };
+    VERSION.as_ptr()
+}
+
+/// The message of the most recent failed call on the calling thread: one
+/// line naming the path, tensor, row and offset at fault where known; ""
+/// if no call has failed on this thread. Successful calls leave it as it
+/// is. The string belongs to the thread and stays valid until its next
+/// failing pleio call (or its exit); copy it to keep it.
+#[no_mangle]
+pub extern "C" fn pleio_last_error() -> *const c_char {
+    status::last_error()
+}
+
+/// Opens the per-layer-embedding table (`per_layer_token_embd.weight`) of
+/// the GGUF file `path` (any shard of a split set), or its 2-D tensor
+/// `tensor_or_null` when not NULL, and stores a new handle in `*out`.
+/// Gathers use the `auto` strategy. Returns 0 or a `pleio_status`; on
+/// failure `*out` is left unchanged.
+///
+/// The handle belongs to the caller until `pleio_close`; it may be used
+/// from any number of threads at once.
+///
+/// # Safety
+/// `path` and a non-NULL `tensor_or_null` must be NUL-terminated strings;
+/// `out` must point at writable memory for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pleio_open(
+    path: *const c_char,
+    tensor_or_null: *const c_char,
+    out: *mut *mut pleio_table,
+) -> c_int {
+    // SAFETY: the caller's promise, forwarded.
+    guard(|| unsafe { open_common(path, tensor_or_null, std::ptr::null(), out) })
+}
+
+/// `pleio_open` with a gather strategy: "auto" (the default, also for
+/// NULL), "fault", "advise", "pread", "uring", "uring-direct" or "pool"
+/// (see the README's "Strategies"). An unknown name is `PLEIO_ERR_ARGUMENT`.
+///
+/// # Safety
+/// As `pleio_open`; a non-NULL `strategy_or_null` must be a NUL-terminated
+/// string.
+#[no_mangle]
+pub unsafe extern "C" fn pleio_open_with(
+    path: *const c_char,
+    tensor_or_null: *const c_char,
+    strategy_or_null: *const c_char,
+    out: *mut *mut pleio_table,
+) -> c_int {
+    // SAFETY: the caller's promise, forwarded.
+    guard(|| unsafe { open_common(path, tensor_or_null, strategy_or_null, out) })
+}
+
+/// Closes a table handle. NULL is ignored; a handle already closed (or not
+/// a table) is ignored too, with `pleio_last_error` set. Calls on tables
+/// running on other threads finish first (the close waits for them); later
+/// calls with the handle fail with `PLEIO_ERR_HANDLE`. Prefetches and
+/// sequences made from the table stay valid until they are ended
+/// themselves.
+#[no_mangle]
+pub extern "C" fn pleio_close(t: *mut pleio_table) {
+    if t.is_null() {
+        return;
+    }
+    guard(|| api::close(t.addr()));
+}
+
+/// Describes the table in `*info`. Its strings belong to the table and
+/// stay valid until `pleio_close(t)`.
+///
+/// # Safety
+/// `info` must point at writable memory for a `pleio_info`.
+#[no_mangle]
+pub unsafe extern "C" fn pleio_table_info(t: *mut pleio_table, info: *mut pleio_info) -> c_int {
+    guard(|| {
+        // The strings live in the table, which the registry keeps until
+        // pleio_close.
+        let value = api::with_table(t.addr(), |state| Ok(state.info()))?;
+        // SAFETY: the caller promises writable memory for the struct.
+        unsafe { put(info, value, "info") }
+    })
+}
+
+/// Stores in `*bytes` the output bytes `n` rows take as `dtype`:
+/// `n * row_elems * 4` (F32), `n * row_elems * 2` (BF16, F16) or
+/// `n * row_bytes` (RAW).
+///
+/// # Safety
+/// `bytes` must point at writable memory for a `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn pleio_out_bytes(
+    t: *mut pleio_table,
+    dtype: DtypeArg,
+    n: usize,
+    bytes: *mut usize,
+) -> c_int {
+    guard(|| {
+        let need = api::with_table(t.addr(), |state| state.out_bytes(dtype.get()?, n))?;
+        // SAFETY: the caller promises writable memory for a size_t.
+        unsafe { put(bytes, need, "bytes") }
+    })
+}
+
+/// The gather behind `pleio_gather` and `pleio_gather_i32`.
+///
+/// # Safety
+/// As `pleio_gather`, with `ids` of `I`.
+unsafe fn gather_common<I: pleio::RowId>(
+    t: *mut pleio_table,
+    ids: *const I,
+    n: usize,
+    dtype: DtypeArg,
+    out: *mut c_void,
+    out_bytes: usize,
+    stats: *mut pleio_stats,
+) -> Result<(), Failure> {
+    let dtype = dtype.get()?;
+    api::with_table(t.addr(), |state| {
+        let need = state.need(dtype, n, out_bytes)?;
+        disjoint(
+            (ids.cast(), n.saturating_mul(size_of::<I>())),
+            (out.cast_const(), need),
+            "ids and out",
+        )?;
+        disjoint(
+            (stats.cast_const().cast(), size_of::<pleio_stats>()),
+            (out.cast_const(), need),
+            "stats and out",
+        )?;
+        // SAFETY: the caller promises `n` readable ids at `ids`.
+        let ids = unsafe { slice(ids, n, "ids") }?;
+        let done = if dtype == Dtype::F32 && out.cast::<f32>().is_aligned() {
+            // SAFETY: the caller promises `out_bytes >= need` writable bytes at
+            // `out`, touched by no one else during the call; `need` is a whole
+            // number of floats; any bit pattern is a valid f32.
+            let floats = unsafe { slice_mut(out.cast::<f32>(), need / 4, "out") }?;
+            state.gather_f32(ids, floats)?
+        } else {
+            // SAFETY: as above, as bytes (no alignment needed).
+            let bytes = unsafe { slice_mut(out.cast::<u8>(), need, "out") }?;
+            state.gather_bytes(ids, dtype, bytes)?
+        };
+        if stats.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the caller promises a NULL or writable `stats`.
+        unsafe { put(stats, done.into(), "stats") }
+    })
+}
+
+/// Gathers the rows `ids[0..n]` (in order, duplicates repeated) of the
+/// table into `out` as `dtype`, rows back to back, little-endian: exactly
+/// `pleio_out_bytes(t, dtype, n)` bytes are written, so `out_bytes` must be
+/// at least that (else `PLEIO_ERR_OUTPUT_SIZE`). Every id is checked before
+/// anything is read: a negative id or one >= rows is
+/// `PLEIO_ERR_ROW_OUT_OF_RANGE`, naming the id and the row count. On any
+/// failure nothing is written to `out` or `stats`. `stats_or_null`, when
+/// not NULL, receives what the gather did. `n == 0` is a no-op (then `ids`
+/// and `out` may be NULL). F32 output into a 4-byte-aligned `out` is
+/// decoded in place; other `out` alignments work too.
+///
+/// Thread-safe: any number of threads may gather from one handle at once.
+///
+/// # Safety
+/// `ids` must point at `n` readable `int64_t`, `out` at `out_bytes`
+/// writable bytes not overlapping `ids`, and `stats_or_null` be NULL or
+/// point at a writable `pleio_stats`; none may be written by another thread
+/// during the call.
+#[no_mangle]
+pub unsafe extern "C" fn pleio_gather(
+    t: *mut pleio_table,
+    ids: *const i64,
+    n: usize,
+    dtype: DtypeArg,
+    out: *mut c_void,
+    out_bytes: usize,
+    stats_or_null: *mut pleio_stats,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller promises `n` readable int64_t at `ids`.
+        let signed = unsafe { slice(ids, n, "ids") }?;
+        if signed.iter().all(|&id| id >= 0) {
+            // Non-negative int64_t ids have the bits of their uint64_t
+            // values: gathered in place, without widening.
+            // SAFETY: the caller's promise, forwarded; u64 has the size and
+            // alignment of i64 and every bit pattern is valid.
+            unsafe {
+                gather_common(
+                    t,
+                    ids.cast::<u64>(),
+                    n,
+                    dtype,
+                    out,
+                    out_bytes,
+                    stats_or_null,
+                )
+            }
+        } else {
+            // The engine names the negative id.
+            // SAFETY: the caller's promise, forwarded.
+            unsafe { gather_common(t, ids, n, dtype, out, out_bytes, stats_or_null) }
+        }
+    })
+}
+
+/// `pleio_gather` with `int32_t` row ids (llama.cpp's): negative ids are
+/// `PLEIO_ERR_ROW_OUT_OF_RANGE`.
+///
+/// # Safety
+/// As `pleio_gather`, with `n` readable `int32_t` at `ids`.
+#[no_mangle]
+pub unsafe extern "C" fn pleio_gather_i32(
+    t: *mut pleio_table,
+    ids: *const i32,
+    n: usize,
+    dtype: DtypeArg,
+    out: *mut c_void,
+    out_bytes: usize,
+    stats_or_null: *mut pleio_stats,
+) -> c_int {
+    // SAFETY: the caller's promise, forwarded.
+    guard(|| unsafe { gather_common(t, ids, n, dtype, out, out_bytes, stats_or_null) })
+}
+
+/// The prefetch behind `pleio_prefetch` and `pleio_prefetch_i32`.
+///
+/// # Safety
+/// As `pleio_prefetch`, with `ids` of `I`.
+unsafe fn prefetch_common<I: pleio::RowId>(
+    t: *mut pleio_table,
+    ids: *const I,
+    n: usize,
+    out: *mut *mut pleio_batch,
+) -> Result<(), Failure> {
+    if out.is_null() {
+        return Err(Failure::argument("out (pleio_batch **) is NULL"));
+    }
+    // SAFETY: the caller promises `n` readable ids.
+    let ids = unsafe { slice(ids, n, "ids") }?;
+    let token = api::with_table(t.addr(), |state| state.prefetch(ids))?;
+    let handle = std::ptr::without_provenance_mut::<pleio_batch>(token);
+    // SAFETY: non-NULL (checked above); the caller promises a writable
+    // pointer.
+    unsafe { put(out, handle, "out (pleio_batch **)") }.inspect_err(|_| {
+        let _ = api::cancel(token);
+    })
+}
+
+/// Starts fetching the rows `ids[0..n]` as f32 in the background (one
+/// worker thread per table, batches in the order prefetched) and stores a
+/// handle in `*out`; returns at once. Ids are checked now: a bad id fails
+/// here with `PLEIO_ERR_ROW_OUT_OF_RANGE`. The ids are copied: the array
+/// may be reused on return. The handle belongs to the caller until
+/// `pleio_wait` or `pleio_prefetch_cancel`, which must be called exactly
+/// once.
+///
+/// # Safety
+/// `ids` must point at `n` readable `int64_t`; `out` at writable memory for
+/// one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pleio_prefetch(
+    t: *mut pleio_table,
+    ids: *const i64,
+    n: usize,
+    out: *mut *mut pleio_batch,
+) -> c_int {
+    // SAFETY: the caller's promise, forwarded.
+    guard(|| unsafe { prefetch_common(t, ids, n, out) })
+}
+
+/// `pleio_prefetch` with `int32_t` row ids.
+///
+/// # Safety
+/// As `pleio_prefetch`, with `n` readable `int32_t` at `ids`.
+#[no_mangle]
+pub unsafe extern "C" fn pleio_prefetch_i32(
+    t: *mut pleio_table,
+    ids: *const i32,
+    n: usize,
+    out: *mut *mut pleio_batch,
+) -> c_int {
+    // SAFETY: the caller's promise, forwarded.
+    guard(|| unsafe { prefetch_common(t, ids, n, out) })
+}
+
+/// Waits for a prefetched batch and copies its rows, as f32 in the order
+/// prefetched, into `out` (at least `n * row_elems * 4` bytes, 4-byte
+/// aligned). Ends the handle whatever the outcome: it must not be used
+/// again. On failure (`out` too small or misaligned, the read failed)
+/// nothing is written to `out` or `stats_or_null`.
+///
+/// # Safety
+/// `out` must point at `out_bytes` writable bytes, `stats_or_null` be NULL
+/// or point at a writable `pleio_stats`, neither accessed by another thread
+/// during the call.
+#[no_mangle]
+pub unsafe extern "C" fn pleio_wait(
+    p: *mut pleio_batch,
+    out: *mut c_void,
+    out_bytes: usize,
+    stats_or_null: *mut pleio_stats,
+) -> c_int {
+    guard(|| {
+        let state = api::take_prefetch(p.addr())?;
+        let need = state.need(out_bytes)?;
+        disjoint(
+            (stats_or_null.cast_const().cast(), size_of::<pleio_stats>()),
+            (out.cast_const(), need),
+            "stats and out",
+        )?;
+        // SAFETY: the caller promises `out_bytes >= need` writable bytes at
+        // `out`, touched by no one else; slice_mut checks NULL and 4-byte
+        // alignment; any bit pattern is a valid f32.
+        let floats = unsafe { slice_mut(out.cast::<f32>(), need / 4, "out") }?;
+        let stats = state.wait_into(floats)?;
+        // SAFETY: the caller promises a NULL or writable `stats`.
+        unsafe { put_opt(stats_or_null, stats.into(), "stats") }
+    })
+}
+
+/// Drops a prefetched batch without waiting (a batch not yet started is
+/// skipped) and ends the handle. NULL is ignored.
+#[no_mangle]
+pub extern "C" fn pleio_prefetch_cancel(p: *mut pleio_batch) {
+    if p.is_null() {
+        return;
+    }
+    guard(|| api::cancel(p.addr()));
+}
+
+/// Starts a token stream of the table's row-id mapping (qwen4exp: the
+/// n-gram hash with its constants from the file, history carried across
+/// calls, reset by EOS; gemma4: the token id is the row id) and stores its
+/// handle in `*out`. Fails with `PLEIO_ERR_ROW_IDS` when the file has no
+/// usable mapping. The handle belongs to the caller until
+/// `pleio_sequence_free`; it is independent of the table handle.
+///
+/// # Safety
+/// `out` must point at writable memory for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pleio_sequence_new(
+    t: *mut pleio_table,
+    out: *mut *mut pleio_sequence,
+) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(Failure::argument("out (pleio_sequence **) is NULL"));
+        }
+        let token = api::with_table(t.addr(), |state| state.sequence())?;
+        let handle = std::ptr::without_provenance_mut::<pleio_sequence>(token);
+        // SAFETY: non-NULL (checked above); the caller promises a writable
+        // pointer.
+        unsafe { put(out, handle, "out (pleio_sequence **)") }.inspect_err(|_| {
+            let _ = api::free_sequence(token);
+        })
+    })
+}
+
+/// Maps the next `n` tokens of the stream to row ids: `n * rows_per_token`
+/// ids, token-major, into `rows` (capacity `rows_cap` ids), ready for
+/// `pleio_gather`. The stream advances only on success; on failure nothing
+/// is written. A negative token is `PLEIO_ERR_ARGUMENT`, a gemma4 token
+/// outside the table `PLEIO_ERR_ROW_IDS`, a short `rows_cap`
+/// `PLEIO_ERR_OUTPUT_SIZE`. `rows_written_or_null`, when not NULL, receives
+/// the number of ids written. A sequence may be used from one thread at a
+/// time (calls on one handle are serialized).
+///
+/// # Safety
+/// `tokens` must point at `n` readable `int32_t`, `rows` at `rows_cap`
+/// writable `int64_t`, and `rows_written_or_null` be NULL or writable; none
+/// overlapping.
+#[no_mangle]
+pub unsafe extern "C" fn pleio_sequence_map(
+    s: *mut pleio_sequence,
+    tokens: *const i32,
+    n: usize,
+    rows: *mut i64,
+    rows_cap: usize,
+    rows_written_or_null: *mut usize,
+) -> c_int {
+    guard(|| {
+        api::with_sequence(s.addr(), |seq| {
+            let need = n
+                .checked_mul(seq.rows_per_token())
+                .ok_or_else(|| Failure::argument(format!("{n} tokens is too many")))?;
+            if rows_cap < need {
+                return Err(Failure::new(
+                    Status::PLEIO_ERR_OUTPUT_SIZE,
+                    format!("rows_cap is {rows_cap} but {n} tokens need {need} row ids"),
+                ));
+            }
+            disjoint(
+                (tokens.cast(), n.saturating_mul(4)),
+                (rows.cast_const().cast(), need.saturating_mul(8)),
+                "tokens and rows",
+            )?;
+            // SAFETY: the caller promises `n` readable tokens.
+            let tokens = unsafe { slice(tokens, n, "tokens") }?;
+            // SAFETY: the caller promises `rows_cap >= need` writable int64_t
+            // at `rows`, not touched by anyone else; u64 has the layout of
+            // int64_t and ids are below 2^63.
+            let out = unsafe { slice_mut(rows.cast::<u64>(), need, "rows") }?;
+            seq.map(tokens, out)?;
+            // SAFETY: the caller promises a NULL or writable size_t.
+            unsafe { put_opt(rows_written_or_null, need, "rows_written") }
+        })
+    })
+}
+
+/// Forgets the stream's history: the next token starts a new sequence.
+#[no_mangle]
+pub extern "C" fn pleio_sequence_reset(s: *mut pleio_sequence) -> c_int {
+    guard(|| {
+        api::with_sequence(s.addr(), |seq| {
+            seq.reset();
+            Ok(())
+        })
+    })
+}
+
+/// Frees a sequence handle. NULL is ignored; a handle already freed is
+/// ignored too, with `pleio_last_error` set.
+#[no_mangle]
+pub extern "C" fn pleio_sequence_free(s: *mut pleio_sequence) {
+    if s.is_null() {
+        return;
+    }
+    guard(|| api::free_sequence(s.addr()));
+}

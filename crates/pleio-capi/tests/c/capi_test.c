@@ -1,0 +1,375 @@
+/*
+ * The C ABI against the pleio CLI, built by scripts/capi_test.sh with the
+ * system C compiler under -fsanitize=address,undefined and linked to
+ * libpleio_capi.a.
+ *
+ *   capi_test DIR
+ *
+ * DIR (written by the script) holds q.gguf (a synthetic qwen4exp table),
+ * g.gguf (gemma4), meta.txt ("rows row_elems row_bytes type_name"),
+ * ids.txt, the CLI's rows of those ids as expect.{f32,bf16,f16,raw},
+ * tokens.txt with `pleio rows`' ids for them in rows.txt, and bad.gguf
+ * (not a GGUF file). Prints one line per failed check and
+ * "N passed, M failed"; exits 1 on any failure.
+ */
+#include "pleio.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                                                        \
+    do {                                                                        \
+        if (cond) {                                                             \
+            passed++;                                                           \
+        } else {                                                                \
+            failed++;                                                           \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
+            fprintf(stderr, __VA_ARGS__);                                       \
+            fprintf(stderr, " (last error: %s)\n", pleio_last_error());         \
+        }                                                                       \
+    } while (0)
+
+static char dir[4096];
+
+static const char *at(const char *name) {
+    static char buf[4][4200];
+    static int next;
+    char *b = buf[next++ % 4];
+    snprintf(b, sizeof buf[0], "%s/%s", dir, name);
+    return b;
+}
+
+static void *slurp(const char *name, size_t *len) {
+    FILE *f = fopen(at(name), "rb");
+    if (!f) {
+        fprintf(stderr, "cannot open %s\n", at(name));
+        exit(2);
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = malloc(n > 0 ? (size_t)n : 1);
+    if (!p || fread(p, 1, (size_t)n, f) != (size_t)n) {
+        fprintf(stderr, "cannot read %s\n", at(name));
+        exit(2);
+    }
+    fclose(f);
+    *len = (size_t)n;
+    return p;
+}
+
+/* Whitespace-separated integers of a file. */
+static int64_t *ints(const char *name, size_t *n) {
+    FILE *f = fopen(at(name), "r");
+    if (!f) {
+        fprintf(stderr, "cannot open %s\n", at(name));
+        exit(2);
+    }
+    size_t cap = 1024;
+    int64_t *v = malloc(cap * sizeof *v);
+    long long x;
+    *n = 0;
+    while (fscanf(f, "%lld", &x) == 1) {
+        if (*n == cap) {
+            cap *= 2;
+            v = realloc(v, cap * sizeof *v);
+        }
+        v[(*n)++] = (int64_t)x;
+    }
+    fclose(f);
+    return v;
+}
+
+static int all_bytes(const void *p, size_t n, unsigned char b) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++)
+        if (c[i] != b) return 0;
+    return 1;
+}
+
+static int mentions(const char *text, const char *what) { return strstr(text, what) != NULL; }
+
+static void *thread_last_error(void *arg) {
+    (void)arg;
+    /* A fresh thread has no last error, whatever failed elsewhere. */
+    return (void *)(uintptr_t)(pleio_last_error()[0] == '\0');
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s DIR\n", argv[0]);
+        return 2;
+    }
+    snprintf(dir, sizeof dir, "%s", argv[1]);
+
+    unsigned long long rows, row_elems, row_bytes;
+    char type_name[64];
+    FILE *mf = fopen(at("meta.txt"), "r");
+    if (!mf || fscanf(mf, "%llu %llu %llu %63s", &rows, &row_elems, &row_bytes, type_name) != 4) {
+        fprintf(stderr, "cannot read meta.txt\n");
+        return 2;
+    }
+    fclose(mf);
+
+    size_t n, n_tokens, n_rows_expected;
+    int64_t *ids = ints("ids.txt", &n);
+    int64_t *tokens64 = ints("tokens.txt", &n_tokens);
+    int64_t *rows_expected = ints("rows.txt", &n_rows_expected);
+    int32_t *ids32 = malloc(n * sizeof *ids32);
+    for (size_t i = 0; i < n; i++) ids32[i] = (int32_t)ids[i];
+    int32_t *tokens = malloc(n_tokens * sizeof *tokens);
+    for (size_t i = 0; i < n_tokens; i++) tokens[i] = (int32_t)tokens64[i];
+
+    struct {
+        pleio_dtype dtype;
+        const char *file;
+        size_t bytes;
+    } kinds[] = {
+        {PLEIO_DTYPE_F32, "expect.f32", n * row_elems * 4},
+        {PLEIO_DTYPE_BF16, "expect.bf16", n * row_elems * 2},
+        {PLEIO_DTYPE_F16, "expect.f16", n * row_elems * 2},
+        {PLEIO_DTYPE_RAW, "expect.raw", n * row_bytes},
+    };
+
+    CHECK(strlen(pleio_version()) > 0, "version");
+    CHECK(pleio_last_error()[0] == '\0', "no error yet");
+
+    /* --- opening --- */
+    pleio_table *t = NULL;
+    CHECK(pleio_open(NULL, NULL, &t) == PLEIO_ERR_ARGUMENT && t == NULL, "NULL path");
+    CHECK(mentions(pleio_last_error(), "path"), "message names the path argument");
+    CHECK(pleio_open(at("q.gguf"), NULL, NULL) == PLEIO_ERR_ARGUMENT, "NULL out");
+    CHECK(pleio_open(at("missing.gguf"), NULL, &t) == PLEIO_ERR_NOT_FOUND && t == NULL, "missing file");
+    CHECK(mentions(pleio_last_error(), "missing.gguf"), "message names the file");
+    CHECK(pleio_open(at("bad.gguf"), NULL, &t) == PLEIO_ERR_INVALID_FILE, "not a GGUF file");
+    CHECK(mentions(pleio_last_error(), "bad.gguf"), "message names the file");
+    CHECK(pleio_open(at("q.gguf"), "no_such.weight", &t) == PLEIO_ERR_NO_TABLE, "no such tensor");
+    CHECK(mentions(pleio_last_error(), "no_such.weight"), "message names the tensor");
+    CHECK(pleio_open_with(at("q.gguf"), NULL, "warp-drive", &t) == PLEIO_ERR_ARGUMENT, "bad strategy");
+    CHECK(pleio_open(at("q.gguf"), NULL, &t) == PLEIO_OK && t != NULL, "open");
+
+    pleio_info info;
+    memset(&info, 0, sizeof info);
+    CHECK(pleio_table_info(t, &info) == PLEIO_OK, "info");
+    CHECK(info.rows == rows && info.row_elems == row_elems && info.row_bytes == row_bytes,
+          "geometry %llu %llu %llu", (unsigned long long)info.rows,
+          (unsigned long long)info.row_elems, (unsigned long long)info.row_bytes);
+    CHECK(strcmp(info.type_name, type_name) == 0, "type %s", info.type_name);
+    CHECK(strcmp(info.tensor, "per_layer_token_embd.weight") == 0, "tensor %s", info.tensor);
+    CHECK(mentions(info.path, "q.gguf"), "path %s", info.path);
+    CHECK(strcmp(info.strategy, "auto") == 0, "strategy %s", info.strategy);
+    CHECK(strcmp(info.architecture, "qwen4exp") == 0, "arch %s", info.architecture);
+    CHECK(info.rows_per_token == n_rows_expected / n_tokens, "rows per token %llu",
+          (unsigned long long)info.rows_per_token);
+    CHECK(pleio_table_info(t, NULL) == PLEIO_ERR_ARGUMENT, "NULL info");
+
+    /* --- gathering every dtype, int64 and int32 ids, bit for bit --- */
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        size_t len;
+        void *expect = slurp(kinds[k].file, &len);
+        CHECK(len == kinds[k].bytes, "%s holds %zu bytes", kinds[k].file, len);
+        size_t need = 0;
+        CHECK(pleio_out_bytes(t, kinds[k].dtype, n, &need) == PLEIO_OK && need == len, "out_bytes %zu", need);
+
+        /* one spare byte each side, to see that nothing else is written */
+        unsigned char *buf = malloc(len + 2);
+        memset(buf, 0xAB, len + 2);
+        pleio_stats st;
+        memset(&st, 0, sizeof st);
+        CHECK(pleio_gather(t, ids, n, kinds[k].dtype, buf + 1, len, &st) == PLEIO_OK, "gather %s", kinds[k].file);
+        CHECK(memcmp(buf + 1, expect, len) == 0, "%s: pleio_gather equals the CLI", kinds[k].file);
+        CHECK(buf[0] == 0xAB && buf[len + 1] == 0xAB, "nothing outside out");
+        CHECK(st.rows == n && st.bytes == n * row_bytes, "stats rows %llu", (unsigned long long)st.rows);
+        CHECK(st.pages == -1 && st.major_faults == -1, "unmeasured stats are -1");
+
+        memset(buf, 0xAB, len + 2);
+        CHECK(pleio_gather_i32(t, ids32, n, kinds[k].dtype, buf, len + 2, NULL) == PLEIO_OK, "gather_i32");
+        CHECK(memcmp(buf, expect, len) == 0, "%s: pleio_gather_i32 equals the CLI", kinds[k].file);
+        CHECK(buf[len] == 0xAB && buf[len + 1] == 0xAB, "only the needed bytes of a larger out are written");
+
+        /* a short buffer: an error, nothing written */
+        memset(buf, 0xAB, len + 2);
+        CHECK(pleio_gather(t, ids, n, kinds[k].dtype, buf, len - 1, NULL) == PLEIO_ERR_OUTPUT_SIZE, "short out");
+        CHECK(all_bytes(buf, len + 2, 0xAB), "nothing written on a short out");
+        free(buf);
+        free(expect);
+    }
+
+    /* --- bad arguments: errors, nothing written, never a crash --- */
+    size_t one = row_elems * 4;
+    float *row = malloc(one);
+    pleio_stats st;
+    memset(row, 0xAB, one);
+    memset(&st, 0xAB, sizeof st);
+    int64_t past = (int64_t)rows;
+    CHECK(pleio_gather(t, &past, 1, PLEIO_DTYPE_F32, row, one, &st) == PLEIO_ERR_ROW_OUT_OF_RANGE, "id == rows");
+    char want[64];
+    snprintf(want, sizeof want, "%llu", rows);
+    CHECK(mentions(pleio_last_error(), want), "message names the limit");
+    CHECK(all_bytes(row, one, 0xAB) && all_bytes(&st, sizeof st, 0xAB), "nothing written");
+    int32_t neg = -5;
+    CHECK(pleio_gather_i32(t, &neg, 1, PLEIO_DTYPE_F32, row, one, NULL) == PLEIO_ERR_ROW_OUT_OF_RANGE, "negative id");
+    CHECK(mentions(pleio_last_error(), "-5"), "message names the id");
+    int64_t mixed[3] = {0, 1, -1};
+    float *three = malloc(3 * one);
+    memset(three, 0xAB, 3 * one);
+    CHECK(pleio_gather(t, mixed, 3, PLEIO_DTYPE_F32, three, 3 * one, NULL) == PLEIO_ERR_ROW_OUT_OF_RANGE, "a bad id last");
+    CHECK(all_bytes(three, 3 * one, 0xAB), "no row written when a later id is bad");
+    free(three);
+    CHECK(pleio_gather(t, NULL, 1, PLEIO_DTYPE_F32, row, one, NULL) == PLEIO_ERR_ARGUMENT, "NULL ids");
+    CHECK(pleio_gather(t, ids, 1, PLEIO_DTYPE_F32, NULL, one, NULL) == PLEIO_ERR_ARGUMENT, "NULL out");
+    CHECK(pleio_gather(t, ids, 1, (pleio_dtype)7, row, one, NULL) == PLEIO_ERR_ARGUMENT, "dtype 7");
+    CHECK(pleio_gather(t, ids, 1, (pleio_dtype)-1, row, one, NULL) == PLEIO_ERR_ARGUMENT, "dtype -1");
+    CHECK(mentions(pleio_last_error(), "dtype"), "message names the dtype");
+    CHECK(pleio_gather(t, (const int64_t *)((char *)ids + 1), 1, PLEIO_DTYPE_F32, row, one, NULL) == PLEIO_ERR_ARGUMENT,
+          "misaligned ids");
+    CHECK(pleio_gather(t, (const int64_t *)row, 1, PLEIO_DTYPE_F32, row, one, NULL) == PLEIO_ERR_ARGUMENT,
+          "ids overlapping out");
+    CHECK(pleio_gather(t, NULL, 0, PLEIO_DTYPE_F32, NULL, 0, NULL) == PLEIO_OK, "zero rows is a no-op");
+    CHECK(pleio_gather(NULL, ids, 1, PLEIO_DTYPE_F32, row, one, NULL) == PLEIO_ERR_HANDLE, "NULL table");
+    CHECK(pleio_gather((pleio_table *)&past, ids, 1, PLEIO_DTYPE_F32, row, one, NULL) == PLEIO_ERR_HANDLE,
+          "a pointer that is no handle");
+    CHECK(all_bytes(row, one, 0xAB), "nothing written by any of them");
+
+    /* unaligned f32 output is allowed (decoded through bytes) */
+    {
+        size_t len;
+        float *expect = slurp("expect.f32", &len);
+        unsigned char *odd = malloc(one + 1);
+        CHECK(pleio_gather(t, ids, 1, PLEIO_DTYPE_F32, odd + 1, one, NULL) == PLEIO_OK, "unaligned f32 out");
+        CHECK(memcmp(odd + 1, expect, one) == 0, "unaligned f32 out equals the CLI");
+        free(odd);
+        free(expect);
+    }
+
+    /* the last error is per thread */
+    pthread_t th;
+    void *fresh = NULL;
+    pthread_create(&th, NULL, thread_last_error, NULL);
+    pthread_join(th, &fresh);
+    CHECK(fresh != NULL, "a new thread has no last error");
+
+    /* --- prefetch / wait --- */
+    {
+        size_t len;
+        float *expect = slurp("expect.f32", &len);
+        float *got = malloc(len);
+        pleio_batch *p = NULL, *q = NULL;
+        CHECK(pleio_prefetch(t, ids, n, &p) == PLEIO_OK && p != NULL, "prefetch");
+        CHECK(pleio_prefetch_i32(t, ids32, n, &q) == PLEIO_OK && q != NULL, "prefetch_i32");
+        memset(&st, 0, sizeof st);
+        CHECK(pleio_wait(p, got, len, &st) == PLEIO_OK, "wait");
+        CHECK(memcmp(got, expect, len) == 0, "prefetched rows equal the CLI");
+        CHECK(st.rows == n, "prefetch stats");
+        CHECK(pleio_wait(p, got, len, NULL) == PLEIO_ERR_HANDLE, "a prefetch is waited for once");
+        memset(got, 0, len);
+        CHECK(pleio_wait(q, got, len, NULL) == PLEIO_OK && memcmp(got, expect, len) == 0, "prefetch_i32 rows");
+
+        pleio_batch *r = NULL;
+        CHECK(pleio_prefetch(t, &past, 1, &r) == PLEIO_ERR_ROW_OUT_OF_RANGE && r == NULL, "prefetch checks ids");
+        CHECK(pleio_prefetch(t, ids, n, &r) == PLEIO_OK, "prefetch again");
+        memset(got, 0xAB, len);
+        CHECK(pleio_wait(r, got, len - 4, NULL) == PLEIO_ERR_OUTPUT_SIZE, "wait into a short out");
+        CHECK(all_bytes(got, len, 0xAB), "nothing written");
+        CHECK(pleio_wait(r, got, len, NULL) == PLEIO_ERR_HANDLE, "the failed wait ended the handle");
+        CHECK(pleio_prefetch(t, ids, n, &r) == PLEIO_OK, "prefetch to cancel");
+        pleio_prefetch_cancel(r);
+        pleio_prefetch_cancel(r);
+        pleio_prefetch_cancel(NULL);
+        CHECK(pleio_wait(NULL, got, len, NULL) == PLEIO_ERR_HANDLE, "wait on NULL");
+        CHECK(pleio_wait((pleio_batch *)t, got, len, NULL) == PLEIO_ERR_HANDLE, "a table is no prefetch");
+        free(got);
+        free(expect);
+    }
+
+    /* --- row ids: pleio_sequence_* equals `pleio rows` --- */
+    {
+        pleio_sequence *s = NULL;
+        CHECK(pleio_sequence_new(t, &s) == PLEIO_OK && s != NULL, "sequence");
+        int64_t *got = malloc(n_rows_expected * sizeof *got);
+        size_t done = 0, written = 0;
+        /* in three uneven batches: history carries across calls */
+        size_t cuts[4] = {0, n_tokens / 3, n_tokens / 3 + 1, n_tokens};
+        for (int b = 0; b < 3; b++) {
+            size_t m = cuts[b + 1] - cuts[b];
+            CHECK(pleio_sequence_map(s, tokens + cuts[b], m, got + done, n_rows_expected - done, &written) == PLEIO_OK,
+                  "map batch %d", b);
+            done += written;
+        }
+        CHECK(done == n_rows_expected, "row ids %zu", done);
+        CHECK(memcmp(got, rows_expected, n_rows_expected * sizeof *got) == 0, "row ids equal `pleio rows`");
+
+        /* reset: the same stream again gives the same ids */
+        CHECK(pleio_sequence_reset(s) == PLEIO_OK, "reset");
+        memset(got, 0, n_rows_expected * sizeof *got);
+        CHECK(pleio_sequence_map(s, tokens, n_tokens, got, n_rows_expected, NULL) == PLEIO_OK, "map all");
+        CHECK(memcmp(got, rows_expected, n_rows_expected * sizeof *got) == 0, "after reset: equal again");
+
+        /* the ids gather */
+        float *rowsbuf = malloc(info.rows_per_token * one);
+        CHECK(pleio_gather(t, got, info.rows_per_token, PLEIO_DTYPE_F32, rowsbuf, info.rows_per_token * one, NULL) ==
+                  PLEIO_OK,
+              "gather a token's rows");
+        free(rowsbuf);
+
+        int32_t bad_token = -1;
+        CHECK(pleio_sequence_map(s, &bad_token, 1, got, n_rows_expected, NULL) == PLEIO_ERR_ARGUMENT, "negative token");
+        CHECK(pleio_sequence_map(s, tokens, 2, got, 2 * info.rows_per_token - 1, NULL) == PLEIO_ERR_OUTPUT_SIZE,
+              "short rows_cap");
+        CHECK(pleio_sequence_map(s, NULL, 2, got, n_rows_expected, NULL) == PLEIO_ERR_ARGUMENT, "NULL tokens");
+        CHECK(pleio_sequence_new(t, NULL) == PLEIO_ERR_ARGUMENT, "NULL out");
+        pleio_sequence_free(s);
+        pleio_sequence_free(s);
+        pleio_sequence_free(NULL);
+        CHECK(pleio_sequence_reset(s) == PLEIO_ERR_HANDLE, "freed sequence");
+        CHECK(pleio_sequence_reset((pleio_sequence *)t) == PLEIO_ERR_HANDLE, "a table is no sequence");
+        free(got);
+    }
+
+    /* gemma4: the token is the row */
+    {
+        pleio_table *g = NULL;
+        pleio_sequence *s = NULL;
+        CHECK(pleio_open(at("g.gguf"), NULL, &g) == PLEIO_OK, "open gemma4");
+        pleio_info gi;
+        CHECK(pleio_table_info(g, &gi) == PLEIO_OK && gi.rows_per_token == 1 && strcmp(gi.architecture, "gemma4") == 0,
+              "gemma4 info");
+        CHECK(pleio_sequence_new(g, &s) == PLEIO_OK, "gemma4 sequence");
+        int32_t toks[3] = {0, 7, (int32_t)gi.rows - 1};
+        int64_t out[3] = {-1, -1, -1};
+        CHECK(pleio_sequence_map(s, toks, 3, out, 3, NULL) == PLEIO_OK && out[0] == 0 && out[1] == 7 &&
+                  out[2] == (int64_t)gi.rows - 1,
+              "identity");
+        int32_t past_table = (int32_t)gi.rows;
+        CHECK(pleio_sequence_map(s, &past_table, 1, out, 3, NULL) == PLEIO_ERR_ROW_IDS, "token outside the table");
+        pleio_sequence_free(s);
+        pleio_close(g);
+    }
+
+    /* --- closing --- */
+    pleio_sequence *orphan = NULL;
+    CHECK(pleio_sequence_new(t, &orphan) == PLEIO_OK, "a sequence outliving its table");
+    pleio_close(t);
+    CHECK(pleio_gather(t, ids, 1, PLEIO_DTYPE_F32, row, one, NULL) == PLEIO_ERR_HANDLE, "closed handle");
+    CHECK(mentions(pleio_last_error(), "closed"), "message says closed");
+    CHECK(pleio_table_info(t, &info) == PLEIO_ERR_HANDLE, "info of a closed handle");
+    pleio_close(t);
+    pleio_close(NULL);
+    int64_t orphan_rows[64];
+    CHECK(pleio_sequence_map(orphan, tokens, 1, orphan_rows, 64, NULL) == PLEIO_OK, "the sequence still maps");
+    pleio_sequence_free(orphan);
+
+    free(row);
+    free(ids);
+    free(ids32);
+    free(tokens);
+    free(tokens64);
+    free(rows_expected);
+    printf("capi_test: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,29 @@
+//! The `pleio` Python package's extension module (`pleio._pleio`): PyO3
+//! bindings of the engine's [`pleio::Table`], re-exported by
+//! `python/pleio/__init__.py`.
+//!
+//! The bindings convert and check arguments and nothing more: ids and
+//! tokens are read in place from NumPy arrays (or copied from lists),
+//! `out` buffers are borrowed through rust-numpy's borrow checking (so
+//! this crate needs no `unsafe`), engine errors become `pleio.Error`
+//! subclasses, and every gather, prefetch and wait runs with the GIL
+//! released.
+#![forbid(unsafe_code)]
+
+mod convert;
+mod errors;
+mod table;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _pleio(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    m.add_class::<table::Table>()?;
+    m.add_class::<table::Prefetch>()?;
+    m.add_class::<table::Sequence>()?;
+    m.add_function(wrap_pyfunction!(table::open, m)?)?;
+    m.add_function(wrap_pyfunction!(table::row_ids, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,426 @@
+//! `pleio.Table`, `pleio.Prefetch`, `pleio.Sequence`: thin wrappers of the
+//! engine's `Table`, lookahead and row-id mapping. Every gather, prefetch
+//! and wait runs with the GIL released.
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use pleio::lookahead::Lookahead;
+use pleio::ngram::{ModelRows, OwnedSequence, RowMapper};
+use pleio::{Dtype, Strategy};
+
+use crate::convert::{IntSlice, Ints, OutBuf, Target};
+use crate::errors::{self, IntoPy};
+
+thread_local! {
+    /// Row ids widened for the engine, reused across calls.
+    static ROWS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `ids` as the engine's row ids: checked (a negative id or
+/// one past the end is an error naming it) and widened, in this thread's
+/// reused buffer; uint64 ids, and int64 ids none of which is negative, are
+/// passed as they are.
+fn with_rows<R>(
+    table: &pleio::Table,
+    ids: IntSlice<'_>,
+    f: impl FnOnce(&[u64]) -> pleio::Result<R>,
+) -> pleio::Result<R> {
+    match ids {
+        IntSlice::U64(rows) => return f(rows),
+        // non-negative int64 ids have the bits of their uint64 values
+        IntSlice::I64(s) if s.iter().all(|&id| id >= 0) => return f(bytemuck::cast_slice(s)),
+        _ => {}
+    }
+    ROWS.with(|cell| {
+        let mut rows = cell.take();
+        let r = ids.rows_into(table, &mut rows).and_then(|()| f(&rows));
+        cell.replace(rows);
+        r
+    })
+}
+
+/// The dtype argument: "float32"/"f32", "bfloat16"/"bf16",
+/// "float16"/"f16", "raw", or a NumPy dtype (or type) of those names.
+fn parse_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Dtype> {
+    let name = match obj.extract::<String>() {
+        Ok(s) => s,
+        Err(_) => obj
+            .py()
+            .import("numpy")?
+            .getattr("dtype")?
+            .call1((obj,))?
+            .getattr("name")?
+            .extract::<String>()?,
+    };
+    let name = if name == "uint8" {
+        "raw".to_string()
+    } else {
+        name
+    };
+    name.parse::<Dtype>().map_err(PyValueError::new_err)
+}
+
+/// One table of a GGUF file, opened by :func:`pleio.open`.
+///
+/// Safe to share between threads: every method may run on many threads at
+/// once, and gathers release the GIL.
+#[pyclass(module = "pleio", frozen)]
+pub struct Table {
+    table: pleio::Table,
+    lookahead: OnceLock<Lookahead>,
+    lookahead_start: Mutex<()>,
+}
+
+impl Table {
+    fn lookahead(&self) -> pleio::Result<&Lookahead> {
+        if let Some(l) = self.lookahead.get() {
+            return Ok(l);
+        }
+        let _one = self
+            .lookahead_start
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(l) = self.lookahead.get() {
+            return Ok(l);
+        }
+        let l = self.table.lookahead()?;
+        Ok(self.lookahead.get_or_init(|| l))
+    }
+
+    fn elems(&self, dtype: Dtype) -> usize {
+        match dtype {
+            Dtype::Raw => self.table.row_bytes() as usize,
+            _ => self.table.row_elems(),
+        }
+    }
+}
+
+/// Opens the per-layer-embedding table of a GGUF file (any shard of a split
+/// set), or the 2-D tensor ``tensor``.
+///
+/// ``strategy`` picks how rows are read: "auto" (default), "fault",
+/// "advise", "pread", "uring", "uring-direct" or "pool"; every strategy
+/// gives the same bytes. Raises :class:`pleio.NotFoundError` (a
+/// ``FileNotFoundError``) for a missing file and
+/// :class:`pleio.InvalidFileError` (a ``ValueError``) for a file or tensor
+/// pleio cannot use.
+#[pyfunction]
+#[pyo3(signature = (path, tensor=None, strategy="auto"))]
+pub fn open(
+    py: Python<'_>,
+    path: PathBuf,
+    tensor: Option<String>,
+    strategy: &str,
+) -> PyResult<Table> {
+    let strategy: Strategy = strategy.parse().map_err(PyValueError::new_err)?;
+    let table = py
+        .detach(|| match &tensor {
+            None => pleio::Table::open(&path),
+            Some(t) => pleio::Table::open_tensor(&path, t),
+        })
+        .py_err(py)?
+        .with_strategy(strategy);
+    Ok(Table {
+        table,
+        lookahead: OnceLock::new(),
+        lookahead_start: Mutex::new(()),
+    })
+}
+
+#[pymethods]
+impl Table {
+    /// Rows in the table.
+    #[getter]
+    fn rows(&self) -> u64 {
+        self.table.rows()
+    }
+
+    /// Elements one row decodes to (the second dimension of ``gather``'s
+    /// result for float32, bfloat16 and float16).
+    #[getter]
+    fn row_elems(&self) -> usize {
+        self.table.row_elems()
+    }
+
+    /// Stored bytes per row (the second dimension for dtype="raw").
+    #[getter]
+    fn row_bytes(&self) -> u64 {
+        self.table.row_bytes()
+    }
+
+    /// ggml's name of the stored element type, e.g. "IQ4_NL".
+    #[getter]
+    fn encoding(&self) -> &'static str {
+        self.table.ty().name()
+    }
+
+    /// The file holding the table (its shard, for a split set).
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.table.path().to_path_buf()
+    }
+
+    /// The tensor's name.
+    #[getter]
+    fn tensor(&self) -> &str {
+        self.table.name()
+    }
+
+    /// The strategy gathers use.
+    #[getter]
+    fn strategy(&self) -> &'static str {
+        self.table.strategy().name()
+    }
+
+    fn __repr__(&self) -> String {
+        let t = &self.table;
+        format!(
+            "<pleio.Table {} {} rows={} row_elems={} row_bytes={} strategy={} path={:?}>",
+            t.name(),
+            t.ty().name(),
+            t.rows(),
+            t.row_elems(),
+            t.row_bytes(),
+            t.strategy().name(),
+            t.path().display().to_string()
+        )
+    }
+
+    /// Gathers the rows ``ids`` (in order, duplicates repeated) and returns
+    /// them as an array of shape ``(len(ids), row_elems)``
+    /// (``(len(ids), row_bytes)`` for "raw").
+    ///
+    /// ids: a 1-D sequence of integers: list, tuple, NumPy array of any
+    ///     integer dtype (int64, uint64, int32 and uint32 are read in place),
+    ///     anything with the buffer protocol, or a CPU tensor with
+    ///     ``__dlpack__``.
+    /// dtype: "float32" (exactly ggml's to_float), "bfloat16" and "float16"
+    ///     (rounded to nearest even from that float32; bfloat16 arrays are
+    ///     ``ml_dtypes.bfloat16`` when ml_dtypes is importable, else
+    ///     ``uint16`` bit patterns), or "raw" (``uint8``, the stored bytes).
+    /// out: optional writable C-contiguous buffer of exactly the result's
+    ///     element count and dtype (float32; bfloat16 or uint16; float16 or
+    ///     uint16; uint8): a NumPy array, memoryview, bytearray, or a CPU
+    ///     tensor with ``__dlpack__`` (e.g. pinned host memory). Rows are
+    ///     written into it in place, and it is returned.
+    ///
+    /// Every id and ``out`` are checked before anything is read; on any
+    /// error nothing is written to ``out``. Raises
+    /// :class:`pleio.RowOutOfRangeError` (``IndexError`` and ``ValueError``)
+    /// naming a bad id and the row count, :class:`pleio.OutputError`
+    /// (``ValueError``) for a bad ``out``, :class:`pleio.ReadError`
+    /// (``OSError``) when reading fails. Releases the GIL.
+    #[pyo3(signature = (ids, out=None, dtype=None))]
+    fn gather<'py>(
+        &self,
+        py: Python<'py>,
+        ids: &Bound<'py, PyAny>,
+        out: Option<&Bound<'py, PyAny>>,
+        dtype: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let dtype = dtype.map(parse_dtype).transpose()?.unwrap_or(Dtype::F32);
+        let ids = Ints::extract(ids, "ids")?;
+        let ids = ids.slice();
+        let n = ids.len();
+        let elems = self.elems(dtype);
+        let need = n
+            .checked_mul(elems)
+            .ok_or_else(|| errors::output(py, format!("{n} rows do not fit in memory")))?;
+        let (result, mut buf) = match out {
+            Some(o) => (o.clone(), OutBuf::borrow(o, dtype, need)?),
+            None => OutBuf::new(py, dtype, [n, elems])?,
+        };
+        let target = buf.target()?;
+        let table = &self.table;
+        py.detach(|| {
+            with_rows(table, ids, |rows| match target {
+                Target::F32(o) => table.gather(rows, o),
+                Target::Bytes(o) => table.gather_as(dtype, rows, o),
+            })
+        })
+        .py_err(py)?;
+        Ok(result)
+    }
+
+    /// Starts fetching the rows ``ids`` as float32 in the background (one
+    /// worker thread per table, batches in the order prefetched) and
+    /// returns a :class:`pleio.Prefetch` at once; its ``wait()`` returns
+    /// the rows. The ids are checked now (a bad id raises here) and copied.
+    /// Overlap the next batch's reads with this batch's compute.
+    fn prefetch(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<Prefetch> {
+        let ids = Ints::extract(ids, "ids")?;
+        let ids = ids.slice();
+        let n = ids.len();
+        let pending = py
+            .detach(|| {
+                let lookahead = self.lookahead()?;
+                // Checked here (the worker's gather would report a bad id
+                // only at the wait), widened into the copy the worker keeps
+                // anyway.
+                let mut rows = Vec::new();
+                ids.rows_into(&self.table, &mut rows)?;
+                Ok(lookahead.prefetch(&rows))
+            })
+            .py_err(py)?;
+        Ok(Prefetch {
+            pending: Mutex::new(Some(pending)),
+            rows: n,
+            row_elems: self.table.row_elems(),
+        })
+    }
+
+    /// A new token stream of this file's row-id mapping (qwen4exp: the
+    /// n-gram hash with the file's constants, history carried across
+    /// calls, reset by EOS; gemma4: the token is the row). Raises
+    /// :class:`pleio.InvalidFileError` when the file has none.
+    fn sequence(&self, py: Python<'_>) -> PyResult<Sequence> {
+        let rows = self.table.row_ids().py_err(py)?;
+        Ok(Sequence::new(rows))
+    }
+
+    /// Totals of every gather of this table since it was opened (all
+    /// threads and the prefetch worker): ``gathers``, ``rows``, ``bytes``,
+    /// ``cold_rows``, ``found_resident``, ``read_requests``, ``read_bytes``,
+    /// ``runs_advised``, ``advice_syscalls``, ``advice_failures``,
+    /// ``fallbacks``, ``rearms``.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.table.stats();
+        let d = PyDict::new(py);
+        for (k, v) in s.fields() {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+
+    /// Forgets which pages the "auto" strategy believes are in the page
+    /// cache (after evicting the file yourself, e.g. in a benchmark).
+    fn forget_residency(&self) {
+        self.table.forget_residency();
+    }
+}
+
+/// A batch being fetched in the background (see :meth:`Table.prefetch`).
+#[pyclass(module = "pleio", frozen)]
+pub struct Prefetch {
+    pending: Mutex<Option<pleio::lookahead::Prefetch>>,
+    rows: usize,
+    row_elems: usize,
+}
+
+#[pymethods]
+impl Prefetch {
+    /// Waits for the batch (releasing the GIL) and returns its rows as a
+    /// float32 array of shape ``(len(ids), row_elems)``, or copies them into
+    /// ``out`` (a writable C-contiguous float32 buffer of exactly that
+    /// size) and returns ``out``. A prefetch is waited for once; a bad
+    /// ``out`` raises :class:`pleio.OutputError` and the batch is dropped.
+    #[pyo3(signature = (out=None))]
+    fn wait<'py>(
+        &self,
+        py: Python<'py>,
+        out: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| PyValueError::new_err("this prefetch was already waited for"))?;
+        match out {
+            None => {
+                let done = py
+                    .detach(|| pending.wait())
+                    .map_err(pleio::Error::from)
+                    .py_err(py)?;
+                let arr = PyArray1::from_vec(py, done.data);
+                Ok(arr.reshape([self.rows, self.row_elems])?.into_any())
+            }
+            Some(o) => {
+                let need = self.rows.saturating_mul(self.row_elems);
+                let mut buf = OutBuf::borrow(o, Dtype::F32, need)?;
+                let Target::F32(dst) = buf.target()? else {
+                    unreachable!("a float32 out is borrowed as floats")
+                };
+                py.detach(|| pending.wait_into(dst))
+                    .map_err(pleio::Error::from)
+                    .py_err(py)?;
+                Ok(o.clone())
+            }
+        }
+    }
+
+    /// True once the batch is fetched (never blocks).
+    fn ready(&self) -> bool {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        p.as_mut().is_some_and(|p| p.is_ready())
+    }
+}
+
+/// One token stream's row ids (see :meth:`Table.sequence`). Calls on one
+/// sequence are serialized; use one sequence per stream.
+#[pyclass(module = "pleio", frozen)]
+pub struct Sequence {
+    seq: Mutex<OwnedSequence>,
+}
+
+impl Sequence {
+    fn new(rows: ModelRows) -> Sequence {
+        Sequence {
+            seq: Mutex::new(OwnedSequence::new(Arc::new(rows))),
+        }
+    }
+}
+
+#[pymethods]
+impl Sequence {
+    /// Row ids per token (16 for the released qwen4exp, 1 for gemma4).
+    #[getter]
+    fn rows_per_token(&self) -> usize {
+        self.seq
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .rows_per_token()
+    }
+
+    /// Maps the next ``tokens`` of the stream to row ids: an int64 array of
+    /// shape ``(len(tokens), rows_per_token)``, equal to ``pleio rows``.
+    /// ``.ravel()`` it for :meth:`Table.gather`. The stream advances only
+    /// on success.
+    fn map<'py>(&self, py: Python<'py>, tokens: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let tokens = Ints::extract(tokens, "tokens")?.slice().tokens()?;
+        let mut seq = self.seq.lock().unwrap_or_else(|e| e.into_inner());
+        let per = seq.rows_per_token();
+        let mut rows = Vec::new();
+        seq.map_tokens(&tokens, &mut rows)
+            .map_err(pleio::Error::from)
+            .py_err(py)?;
+        drop(seq);
+        let ids: Vec<i64> = rows.into_iter().map(|r| r as i64).collect();
+        Ok(PyArray1::from_vec(py, ids)
+            .reshape([tokens.len(), per])?
+            .into_any())
+    }
+
+    /// Forgets the history: the next token starts a new sequence.
+    fn reset(&self) {
+        self.seq.lock().unwrap_or_else(|e| e.into_inner()).reset();
+    }
+}
+
+/// The row ids of ``tokens`` as one fresh sequence of ``table``'s model:
+/// ``table.sequence().map(tokens)``.
+#[pyfunction]
+pub fn row_ids<'py>(
+    py: Python<'py>,
+    table: &Bound<'py, Table>,
+    tokens: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    table.get().sequence(py)?.map(py, tokens)
+}

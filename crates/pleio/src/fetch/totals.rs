@@ -1,0 +1,106 @@
+//! Running totals of every gather of a table, summed over its clones, all
+//! threads and its lookahead worker ([`crate::Table::stats`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::GatherStats;
+
+/// Sums of [`GatherStats`] over every successful gather of one table since
+/// it was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GatherTotals {
+    /// Gathers that succeeded.
+    pub gathers: u64,
+    /// Row ids gathered (duplicates counted).
+    pub rows: u64,
+    /// Row bytes copied out of the file.
+    pub bytes: u64,
+    /// Rows fetched with positioned reads rather than through the mapping.
+    pub cold_rows: u64,
+    /// `auto`: rows found in the page cache by `mincore`.
+    pub found_resident: u64,
+    /// Read requests issued.
+    pub read_requests: u64,
+    /// Bytes asked of the file by those reads.
+    pub read_bytes: u64,
+    /// Page runs advised.
+    pub runs_advised: u64,
+    /// Advice system calls.
+    pub advice_syscalls: u64,
+    /// Advice the kernel refused.
+    pub advice_failures: u64,
+    /// Gathers served by a fallback backend.
+    pub fallbacks: u64,
+    /// `auto` gathers that found pages evicted behind its back.
+    pub rearms: u64,
+}
+
+impl GatherTotals {
+    /// Every total with its name, for reports and bindings.
+    pub fn fields(&self) -> [(&'static str, u64); 12] {
+        [
+            ("gathers", self.gathers),
+            ("rows", self.rows),
+            ("bytes", self.bytes),
+            ("cold_rows", self.cold_rows),
+            ("found_resident", self.found_resident),
+            ("read_requests", self.read_requests),
+            ("read_bytes", self.read_bytes),
+            ("runs_advised", self.runs_advised),
+            ("advice_syscalls", self.advice_syscalls),
+            ("advice_failures", self.advice_failures),
+            ("fallbacks", self.fallbacks),
+            ("rearms", self.rearms),
+        ]
+    }
+}
+
+/// The shared counters behind [`GatherTotals`].
+#[derive(Debug, Default)]
+pub(crate) struct Totals([AtomicU64; 12]);
+
+impl Totals {
+    /// Adds one gather. Zero fields are skipped: a warm gather costs two
+    /// uncontended atomic adds.
+    pub(crate) fn add(&self, s: &GatherStats) {
+        let values = [
+            1,
+            s.rows,
+            s.bytes,
+            s.cold_rows,
+            s.found_resident,
+            s.read_requests,
+            s.read_bytes,
+            s.runs_advised,
+            s.advice_syscalls,
+            s.advice_failures,
+            u64::from(s.fallback),
+            u64::from(s.rearmed),
+        ];
+        for (c, v) in self.0.iter().zip(values) {
+            if v != 0 {
+                c.fetch_add(v, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The totals now.
+    pub(crate) fn get(&self) -> GatherTotals {
+        let v = |i: usize| self.0[i].load(Ordering::Relaxed);
+        GatherTotals {
+            gathers: v(0),
+            rows: v(1),
+            bytes: v(2),
+            cold_rows: v(3),
+            found_resident: v(4),
+            read_requests: v(5),
+            read_bytes: v(6),
+            runs_advised: v(7),
+            advice_syscalls: v(8),
+            advice_failures: v(9),
+            fallbacks: v(10),
+            rearms: v(11),
+        }
+    }
+}

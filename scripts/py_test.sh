@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds and installs the Python package the way a user does (`pip install
+# crates/pleio-py`: maturin and the Rust toolchain) into a virtual
+# environment outside the clone, installs the test dependencies, and runs
+# the pytest suite (crates/pleio-py/tests) against the `pleio` CLI.
+#
+#   scripts/py_test.sh [PATH/TO/pleio] [PYTEST ARGS...]
+#
+# PATH/TO/pleio defaults to target/release/pleio (built if missing). The
+# venv is ${PLEIO_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/pleio}/venv, the
+# extension's cargo target directory .../target-py (kept between runs, so a
+# rebuild compiles only what changed). Exits with pytest's status, except
+# that a run which collected no test (pytest's 5) is a failure (1).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${PLEIO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pleio}
+VENV=$CACHE/venv
+export CARGO_TARGET_DIR=${PLEIO_PY_TARGET_DIR:-$CACHE/target-py}
+
+PLEIO_BIN=${1:-}
+if [ -n "$PLEIO_BIN" ]; then
+    shift
+else
+    PLEIO_BIN=$ROOT/target/release/pleio
+    if [ ! -x "$PLEIO_BIN" ]; then
+        (cd "$ROOT" && CARGO_TARGET_DIR=$ROOT/target cargo build --release -p pleio-cli)
+    fi
+fi
+PLEIO_BIN=$(realpath "$PLEIO_BIN")
+export PLEIO_BIN
+
+mkdir -p "$CACHE"
+if [ ! -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check --quiet)
+export PIP_ROOT_USER_ACTION=ignore
+"${PIP[@]}" install numpy ml_dtypes gguf==0.19.0 pytest
+
+echo "py_test: pip install $ROOT/crates/pleio-py (cargo target $CARGO_TARGET_DIR)"
+# --force-reinstall: the version does not change between commits, the code does.
+"${PIP[@]}" install --force-reinstall --no-deps "$ROOT/crates/pleio-py"
+
+cd "$ROOT/crates/pleio-py"
+status=0
+"$VENV/bin/python" -m pytest tests -q "$@" || status=$?
+if [ "$status" -eq 5 ]; then
+    echo "py_test: pytest collected no test" >&2
+    exit 1
+fi
+exit "$status"
