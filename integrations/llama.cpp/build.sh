@@ -80,6 +80,8 @@ if [ -f "$PLEIO_CAPI_LIB" ]; then
 else
     say "no $PLEIO_CAPI_LIB: building the stock driver only"
     capi_opt=(-DPLEIO_CAPI_LIB=)
+    # a provider driver from an earlier build must not stand in for one of this tree
+    rm -f "$DRIVER_PLEIO"
 fi
 
 # --- libllama and the drivers -------------------------------------------------------------

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# pleio inside llama.cpp, correctness (run by .ci/run):
+# pleio inside llama.cpp, correctness (run by .ci/run), for a tiny qwen4exp and a tiny gemma4:
 #
 #   1. llama's own PLE gather, seen through its eval callback (no patch needed): for a prompt of
 #      2,100 tokens of the bundled corpus (with <|endoftext|> resets) prefilled in ubatches of
-#      64, llama's row ids equal `pleio rows` and llama's gathered floats equal `pleio gather`,
-#      bit for bit.
+#      64, so the n-gram history crosses ubatches, llama's row ids equal `pleio rows` and
+#      llama's gathered floats equal `pleio gather`, bit for bit.
 #   2. the provider patch: with pleio linked and PLEIO_TABLE set, the PLE gather is pleio's
-#      custom op (checked through the same callback, same ids and floats), and the logits of
-#      every position equal stock llama.cpp's, bit for bit. Needs the pleio C ABI (the
-#      pleio-capi crate); without it check 2 is reported PENDING, never passed.
+#      custom op (seen through the same callback, same ids and floats), and the logits of every
+#      position equal stock llama.cpp's, bit for bit. Needs the pleio C ABI (the pleio-capi
+#      crate's libpleio_capi.a, see build.sh); without it check 2 is reported PENDING, never
+#      passed, and once the crate is in the workspace check 2 is required.
 #
 #   bash integrations/llama.cpp/check.sh
 #
@@ -24,83 +25,106 @@ bash "$INTEGRATION_DIR/build.sh"
 
 W="$LLAMA_WORK/check"
 mkdir -p "$W"
-# outputs of an earlier run must not satisfy this one
-rm -rf "$W/stock" "$W/pleio" "$W"/*.f32 "$W"/*.txt "$W"/*.json
 
-# --- the tiny model around a small synth table -----------------------------------------
-# 1M rows (86 MiB); regenerated when the writer or the table generator changed
-stamp="$(cat "$INTEGRATION_DIR/write_model.py" "$PLEIO" | sha256sum | cut -c1-16)"
-if [ ! -f "$W/tiny.gguf" ] || [ "$(cat "$W/tiny.stamp" 2>/dev/null)" != "$stamp" ]; then
-    say "writing the tiny qwen4exp model"
-    "$PLEIO" synth --rows 1M --seed 12 --force -o "$W/table.gguf" >/dev/null
-    python3 "$INTEGRATION_DIR/write_model.py" --llama-src "$LLAMA_SRC" --table "$W/table.gguf" \
-        -o "$W/tiny.gguf" --force
-    rm -f "$W/table.gguf"
-    echo "$stamp" >"$W/tiny.stamp"
+provider=1
+if [ ! -f "$PLEIO_CAPI_LIB" ] || [ ! -x "$DRIVER_PLEIO" ]; then
+    if have_capi_crate; then
+        fail "the workspace has crates/pleio-capi but $DRIVER_PLEIO was not built"
+    fi
+    provider=0
 fi
-MODEL="$W/tiny.gguf"
 
-# --- the prompt and pleio's answers ------------------------------------------------------
-"$PLEIO" rows "$MODEL" --corpus --json >"$W/corpus.json"
-python3 - "$W" "$N_TOKENS" "$EOT" <<'EOF'
+# the prompt: the first N_TOKENS tokens of the bundled corpus, with end-of-text resets inside
+write_prompt() {
+    python3 - "$1" "$2" "$N_TOKENS" "$EOT" <<'EOF'
 import json, sys
-w, n, eot = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-tokens = json.load(open(f"{w}/corpus.json"))["tokens"][:n]
+corpus, out, n, eot = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+tokens = json.load(open(corpus))["tokens"][:n]
 if len(tokens) < n:
     sys.exit(f"the corpus has only {len(tokens)} tokens")
 resets = [i for i, t in enumerate(tokens) if t == eot]
 if not resets or resets[0] < 64 or resets[-1] > n - 64:
     sys.exit(f"want an end-of-text reset well inside the prompt, found at {resets}")
-open(f"{w}/tokens.txt", "w").write(" ".join(map(str, tokens)) + "\n")
+open(out, "w").write(" ".join(map(str, tokens)) + "\n")
 print(f"prompt: {n} corpus tokens, end-of-text resets at {resets}", file=sys.stderr)
 EOF
-# the row ids pleio computes for exactly this stream, one per line, token after token
-"$PLEIO" rows "$MODEL" --tokens "$W/tokens.txt" --json >"$W/pleio-rows.json"
-python3 - "$W" <<'EOF'
-import json, sys
-w = sys.argv[1]
-rows = json.load(open(f"{w}/pleio-rows.json"))["rows"]
-open(f"{w}/pleio-rows.txt", "w").write("".join(f"{r}\n" for tok in rows for r in tok))
-EOF
-"$PLEIO" gather "$MODEL" --rows-file "$W/pleio-rows.txt" -o "$W/pleio-gather.f32"
+}
 
-# compare one capture (DIR/rows.txt, DIR/rows.f32) with pleio's answers
+# compare a capture (DIR/rows.txt, DIR/rows.f32) with pleio's answers in $A
 compare_capture() {
     local dir="$1" what="$2"
-    cmp -s "$dir/rows.txt" "$W/pleio-rows.txt" \
-        || fail "$what: llama's PLE row ids differ from pleio rows ($(diff "$dir/rows.txt" "$W/pleio-rows.txt" | head -3 | tr '\n' ' '))"
-    cmp -s "$dir/rows.f32" "$W/pleio-gather.f32" \
-        || fail "$what: llama's gathered rows differ from pleio gather ($(cmp "$dir/rows.f32" "$W/pleio-gather.f32" | head -1))"
+    cmp -s "$dir/rows.txt" "$A/pleio-rows.txt" \
+        || fail "$what: llama's PLE row ids differ from pleio rows ($(diff "$dir/rows.txt" "$A/pleio-rows.txt" | head -3 | tr '\n' ' '))"
+    cmp -s "$dir/rows.f32" "$A/pleio-gather.f32" \
+        || fail "$what: llama's gathered rows differ from pleio gather ($(cmp "$dir/rows.f32" "$A/pleio-gather.f32" | head -1))"
     say "$what: $(wc -l <"$dir/rows.txt") row ids and $(stat -c %s "$dir/rows.f32") bytes of f32 rows equal pleio's, bit for bit"
 }
 
-# --- check 1: stock llama.cpp -------------------------------------------------------------
-say "check 1: stock llama.cpp, lazy mode on (upstream prefetch), ubatch $UBATCH"
-mkdir -p "$W/stock"
-"$DRIVER" -m "$MODEL" -t "$W/tokens.txt" --ubatch "$UBATCH" --lazy on \
-    --capture "$W/stock" --expect-op get_rows
-compare_capture "$W/stock" "check 1 (stock get_rows)"
-
-# --- check 2: the provider patch --------------------------------------------------------
-if [ ! -x "$DRIVER_PLEIO" ]; then
-    if have_capi_crate; then
-        fail "the workspace has crates/pleio-capi but $DRIVER_PLEIO was not built"
+check_arch() {
+    local arch="$1"
+    shift
+    A="$W/$arch"
+    mkdir -p "$A"
+    # outputs of an earlier run must not satisfy this one
+    rm -rf "$A/stock" "$A/pleio" "$A"/*.f32 "$A"/*.txt "$A"/*.json
+    [ "$arch" != qwen4exp ] || rm -f "$W/tokens.txt"
+    local model="$A/model.gguf"
+    # regenerated when the writer or pleio (its synth tables) changed
+    local stamp
+    stamp="$(cat "$INTEGRATION_DIR/write_model.py" "$PLEIO" | sha256sum | cut -c1-16)"
+    if [ ! -f "$model" ] || [ "$(cat "$A/model.stamp" 2>/dev/null)" != "$stamp" ]; then
+        say "$arch: writing the tiny model"
+        "$PLEIO" synth --arch "$arch" "$@" --seed 12 --force -o "$A/table.gguf" >/dev/null
+        python3 "$INTEGRATION_DIR/write_model.py" --llama-src "$LLAMA_SRC" --table "$A/table.gguf" \
+            -o "$model" --force
+        rm -f "$A/table.gguf"
+        echo "$stamp" >"$A/model.stamp"
     fi
-    say "check 2 PENDING: no pleio C ABI in this tree (crates/pleio-capi), so no provider build; NOT checked"
-    exit 0
+
+    if [ "$arch" = qwen4exp ]; then
+        # pleio tokenizes the corpus with the Qwen tokenizer; gemma4 reuses these ids (< its vocab)
+        "$PLEIO" rows "$model" --corpus --json >"$A/corpus.json"
+        write_prompt "$A/corpus.json" "$W/tokens.txt"
+    fi
+    # the row ids pleio computes for exactly this stream, one per line, token after token
+    "$PLEIO" rows "$model" --tokens "$W/tokens.txt" --json >"$A/pleio-rows.json"
+    python3 -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+open(sys.argv[2], "w").write("".join(f"{r}\n" for tok in rows for r in tok))' "$A/pleio-rows.json" "$A/pleio-rows.txt"
+    "$PLEIO" gather "$model" --rows-file "$A/pleio-rows.txt" -o "$A/pleio-gather.f32"
+
+    local run=(-m "$model" -t "$W/tokens.txt" --ubatch "$UBATCH" --lazy on)
+
+    say "$arch check 1: stock llama.cpp, lazy mode on (upstream prefetch), ubatch $UBATCH"
+    mkdir -p "$A/stock"
+    "$DRIVER" "${run[@]}" --capture "$A/stock" --expect-op get_rows
+    compare_capture "$A/stock" "$arch check 1 (stock get_rows)"
+
+    if [ "$provider" = 0 ]; then
+        say "$arch check 2 PENDING: no pleio C ABI in this tree (crates/pleio-capi), so no provider build; NOT checked"
+        return
+    fi
+    say "$arch check 2: the provider (PLEIO_TABLE=$model), same prompt"
+    mkdir -p "$A/pleio"
+    PLEIO_TABLE="$model" "$DRIVER_PLEIO" "${run[@]}" --capture "$A/pleio" --expect-op pleio
+    compare_capture "$A/pleio" "$arch check 2 (pleio custom op)"
+    say "$arch check 2: logits of every position, stock and provider"
+    "$DRIVER" "${run[@]}" --logits "$A/logits-stock.f32"
+    PLEIO_TABLE="$model" "$DRIVER_PLEIO" "${run[@]}" --logits "$A/logits-pleio.f32"
+    local size
+    size="$(stat -c %s "$A/logits-stock.f32")"
+    [ "$size" -gt 0 ] || fail "$arch: no logits"
+    cmp -s "$A/logits-stock.f32" "$A/logits-pleio.f32" \
+        || fail "$arch check 2: logits differ ($(cmp "$A/logits-stock.f32" "$A/logits-pleio.f32" | head -1))"
+    say "$arch check 2: $size bytes of logits ($N_TOKENS positions) equal stock llama.cpp's, bit for bit"
+    rm -f "$A/logits-stock.f32" "$A/logits-pleio.f32"
+}
+
+check_arch qwen4exp --rows 1M      # 1M rows of IQ4_NL (86 MiB); writes the prompt
+check_arch gemma4 --layers 2       # 262144 rows of 512 Q5_K (88 MiB)
+if [ "$provider" = 0 ]; then
+    say "done: check 1 passed for qwen4exp and gemma4; check 2 PENDING (no pleio C ABI)"
+else
+    say "done: checks 1 and 2 passed for qwen4exp and gemma4"
 fi
-say "check 2: the provider (PLEIO_TABLE=$MODEL), same prompt"
-mkdir -p "$W/pleio"
-PLEIO_TABLE="$MODEL" "$DRIVER_PLEIO" -m "$MODEL" -t "$W/tokens.txt" --ubatch "$UBATCH" --lazy on \
-    --capture "$W/pleio" --expect-op pleio
-compare_capture "$W/pleio" "check 2 (pleio custom op)"
-say "check 2: logits of every position, stock and provider"
-"$DRIVER" -m "$MODEL" -t "$W/tokens.txt" --ubatch "$UBATCH" --lazy on --logits "$W/logits-stock.f32"
-PLEIO_TABLE="$MODEL" "$DRIVER_PLEIO" -m "$MODEL" -t "$W/tokens.txt" --ubatch "$UBATCH" --lazy on \
-    --logits "$W/logits-pleio.f32"
-size="$(stat -c %s "$W/logits-stock.f32")"
-[ "$size" -gt 0 ] || fail "no logits"
-cmp -s "$W/logits-stock.f32" "$W/logits-pleio.f32" \
-    || fail "check 2: logits differ ($(cmp "$W/logits-stock.f32" "$W/logits-pleio.f32" | head -1))"
-say "check 2: $size bytes of logits ($N_TOKENS positions) equal stock llama.cpp's, bit for bit"
-rm -f "$W/logits-stock.f32" "$W/logits-pleio.f32"
