@@ -26,6 +26,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
+# write_model.py's only third-party need (through the vendored gguf-py)
+python3 -c 'import numpy' 2>/dev/null || {
+    say "installing numpy"
+    python3 -m pip install --quiet --disable-pip-version-check numpy
+}
+
 # --- the llama.cpp tree from the sdist --------------------------------------------------
 mkdir -p "$LLAMA_CACHE"
 if [ ! -f "$LLAMA_SRC/.pleio-extracted" ]; then

@@ -121,7 +121,7 @@ open(sys.argv[2], "w").write("".join(f"{r}\n" for tok in rows for r in tok))' "$
     rm -f "$A/logits-stock.f32" "$A/logits-pleio.f32"
 }
 
-check_arch qwen4exp --rows 1M      # 1M rows of IQ4_NL (86 MiB); writes the prompt
+check_arch qwen4exp --rows 1M      # 1M (1,048,576) rows of IQ4_NL (90 MiB); writes the prompt
 check_arch gemma4 --layers 2       # 262144 rows of 512 Q5_K (88 MiB)
 if [ "$provider" = 0 ]; then
     say "done: check 1 passed for qwen4exp and gemma4; check 2 PENDING (no pleio C ABI)"

@@ -18,7 +18,7 @@
 # ratios to upstream's prefetch, and writes $LLAMA_CACHE/work/speed/speed.json.
 #
 # Needs the pleio C ABI (pleio-llama-driver-pleio, see build.sh). The strategy reaches pleio
-# through the environment variable PLEIO_STRATEGY, read by the C ABI when it opens the table.
+# through PLEIO_STRATEGY, which the provider patch passes to pleio_open_with.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
