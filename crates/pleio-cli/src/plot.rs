@@ -327,6 +327,10 @@ const MARKED_UBATCHES: usize = 64;
 /// Colour of a resident fraction: white (cold) to dark blue (resident), on
 /// a square-root scale so that a few percent (page-cache creep) shows.
 fn heat(f: f32) -> RGBColor {
+    if f.is_nan() {
+        // Not asked (a sampled scan with more buckets than samples): grey.
+        return RGBColor(200, 200, 200);
+    }
     let f = f64::from(f.clamp(0.0, 1.0)).sqrt();
     let lerp = |a: u8, b: u8| (f64::from(a) + (f64::from(b) - f64::from(a)) * f).round() as u8;
     RGBColor(lerp(247, 8), lerp(251, 48), lerp(255, 107))
@@ -337,7 +341,8 @@ fn heat(f: f32) -> RGBColor {
 /// dark blue (all resident) on a square-root scale, with the colour scale
 /// beneath.
 ///
-/// `buckets` holds each bucket's resident fraction (0..=1).
+/// `buckets` holds each bucket's resident fraction (0..=1; NaN, drawn
+/// grey, for a bucket no page of which was asked).
 pub fn heat_strip(out: &Path, title: &str, buckets: &[f32]) -> Result<()> {
     if buckets.is_empty() {
         bail!("no buckets to plot (empty table)");

@@ -27,6 +27,7 @@ use crate::random::Rng;
 use pleio::gguf::GgufError;
 use pleio::io::IoError;
 use pleio::layout::{Layout, TableError};
+use pleio::map::ResidencyMethod;
 use pleio::model::Model;
 use pleio::sys;
 use pleio::{Error, GatherStats, Strategy, Table};
@@ -219,6 +220,10 @@ pub fn check_memory(what: impl FnOnce() -> String, need: Option<u64>) -> Result<
     }
 }
 
+/// Pages an eviction check probes when it must read-probe (see
+/// [`Evictor::evict`]): each costs a one-page device read, dropped again.
+pub const EVICT_PROBES: u64 = 64;
+
 /// Evicts a table's byte range from the page cache and proves it.
 #[derive(Debug)]
 pub struct Evictor {
@@ -243,10 +248,15 @@ impl Evictor {
     }
 
     /// Drops `reader`'s page-table entries for the range, then the page
-    /// cache's pages (`posix_fadvise(DONTNEED)`), retrying until `mincore`
-    /// sees at most the two partial edge pages (pages under readahead I/O
-    /// cannot be dropped until it completes). Also tells `reader` to forget
-    /// what `auto` believed resident.
+    /// cache's pages (`posix_fadvise(DONTNEED)`), retrying until the page
+    /// cache holds at most the two partial edge pages (pages under readahead
+    /// I/O cannot be dropped until it completes). Also tells `reader` to
+    /// forget what `auto` believed resident.
+    ///
+    /// The check asks the mapping ([`pleio::map::Mapping::sample_resident`]):
+    /// exact with `cachestat` or `mincore`; for a reader the kernel hides
+    /// residency from (neither owner nor writer of the file), a sample of
+    /// [`EVICT_PROBES`] pages read-probed and dropped again.
     pub fn evict(&self, reader: &Table) -> Result<(), BenchError> {
         let m = reader
             .mapping()
@@ -266,8 +276,11 @@ impl Evictor {
             sys::evict(&self.file, self.wide.clone())
                 .map_err(|e| BenchError::Evict(format!("posix_fadvise: {e}")))?;
             left = m
-                .resident_pages(self.range.clone())
-                .ok_or_else(|| BenchError::Evict("mincore unavailable".into()))?;
+                .sample_resident(self.range.clone(), EVICT_PROBES)
+                .ok_or_else(|| {
+                    BenchError::Evict("page-cache residency cannot be asked here".into())
+                })?
+                .resident;
             if left <= 2 {
                 reader.forget_residency();
                 return Ok(());
@@ -328,13 +341,17 @@ pub struct Arm {
 #[derive(Debug, Clone, Default)]
 pub struct ResidencyCosts {
     /// One clock read (`Instant::now`), nanoseconds: the warm path pays one
-    /// per 8 rows.
+    /// per 16 rows.
     pub clock_ns: f64,
-    /// One `mincore` of a row's pages, microseconds: what sampling every
-    /// row would cost per row.
-    pub mincore_row_us: f64,
-    /// One `mincore` over the whole table, milliseconds: a full refresh.
-    pub mincore_table_ms: f64,
+    /// How the mapping asks the page cache (`cachestat`, `mincore`,
+    /// `read-probe`; see [`pleio::map::ResidencyMethod`]).
+    pub method: &'static str,
+    /// One probe of a row's pages, microseconds: what `auto` pays per row
+    /// it does not know.
+    pub probe_row_us: f64,
+    /// One exact count over the whole table, milliseconds: a full refresh
+    /// (NaN with read probes, which would read every uncached page).
+    pub probe_table_ms: f64,
 }
 
 /// A whole run.
@@ -547,7 +564,8 @@ impl Bench {
         (0..n).map(|_| rng.below(total)).collect()
     }
 
-    /// `n` random rows whose pages `mincore` reports nonresident.
+    /// `n` random rows none of whose pages is in the page cache (asked
+    /// exactly, see [`pleio::map::Mapping::resident_pages`]).
     fn nonresident_rows(&self, rng: &mut Rng, n: usize) -> Result<Vec<u64>, BenchError> {
         let t = self.reader.layout();
         let m = self
@@ -608,22 +626,27 @@ impl Bench {
             std::hint::black_box(Instant::now());
         }
         let clock_ns = c.elapsed().as_secs_f64() * 1e9 / f64::from(n);
-        let (mut mincore_row_us, mut mincore_table_ms) = (f64::NAN, f64::NAN);
+        let (mut method, mut probe_row_us, mut probe_table_ms) =
+            ("unavailable", f64::NAN, f64::NAN);
         if let Some(m) = self.reader.mapping() {
+            method = m.residency_method().name();
             let c = Instant::now();
             for &r in &list {
                 let s = t.offset() + r * t.row_bytes();
-                std::hint::black_box(m.resident_pages(s..s + t.row_bytes()));
+                std::hint::black_box(m.all_resident(s..s + t.row_bytes()));
             }
-            mincore_row_us = c.elapsed().as_secs_f64() * 1e6 / list.len() as f64;
-            let c = Instant::now();
-            std::hint::black_box(m.resident_pages(t.offset()..t.offset() + t.bytes()));
-            mincore_table_ms = c.elapsed().as_secs_f64() * 1e3;
+            probe_row_us = c.elapsed().as_secs_f64() * 1e6 / list.len() as f64;
+            if m.residency_method() != ResidencyMethod::ReadProbe {
+                let c = Instant::now();
+                std::hint::black_box(m.resident_pages(t.offset()..t.offset() + t.bytes()));
+                probe_table_ms = c.elapsed().as_secs_f64() * 1e3;
+            }
         }
         ResidencyCosts {
             clock_ns,
-            mincore_row_us,
-            mincore_table_ms,
+            method,
+            probe_row_us,
+            probe_table_ms,
         }
     }
 

@@ -20,6 +20,7 @@
 //! each phase's cold extents read with `O_DIRECT` ([`crate::floor`]), the
 //! yardstick for a cold replay's gather time.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -278,11 +279,17 @@ pub struct ReplayFloor {
 pub struct Eviction {
     /// Pages of the table's range (rounded outward).
     pub pages: u64,
-    /// Of those, resident before eviction.
+    /// Of those, resident before eviction (estimated from a sample of
+    /// [`RESIDENCY_PROBES`] pages where the residency method read-probes).
     pub resident_before: Option<u64>,
-    /// Resident after (at most the two edge pages, which hold other bytes).
+    /// Resident after (at most the two edge pages, which hold other bytes;
+    /// estimated likewise).
     pub resident_after: Option<u64>,
 }
+
+/// Pages sampled for an eviction's before/after figures where residency
+/// is read-probed (exact otherwise).
+pub const RESIDENCY_PROBES: u64 = 4096;
 
 /// Everything one replay measured.
 #[derive(Debug, Clone, PartialEq)]
@@ -429,8 +436,8 @@ impl Replayer {
     }
 
     /// Drops the table's pages from this process's page tables and from
-    /// the page cache, checks with `mincore` that they are gone, and makes
-    /// the reader forget what `auto` believed resident ([`Evictor`]).
+    /// the page cache, checks that they are gone, and makes the reader
+    /// forget what `auto` believed resident ([`Evictor`]).
     pub fn evict(&self) -> Result<Eviction, ReplayError> {
         let t = self.reader.layout();
         let m = self.reader.mapping().ok_or(ReplayError::NotMapped)?;
@@ -442,12 +449,13 @@ impl Replayer {
         let range = t.offset()..t.offset() + t.bytes();
         let page = m.page_size();
         let pages = range.end.div_ceil(page) - range.start / page;
-        let resident_before = m.resident_pages(range.clone());
+        let resident = |r: Range<u64>| m.sample_resident(r, RESIDENCY_PROBES).map(|r| r.estimate());
+        let resident_before = resident(range.clone());
         Evictor::new(shard.path(), range.clone())?.evict(&self.reader)?;
         Ok(Eviction {
             pages,
             resident_before,
-            resident_after: m.resident_pages(range),
+            resident_after: resident(range),
         })
     }
 

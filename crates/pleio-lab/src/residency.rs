@@ -2,10 +2,16 @@
 //! right now, and where.
 //!
 //! A scan maps the file afresh (read-only, shared, with no advice) and asks
-//! the kernel with `mincore` which of its pages are in the page cache. On a
-//! file mapping `mincore` reports page-cache residency whether or not this
-//! process ever touched the page, and it never faults anything in: the scan
-//! reads no byte of the file and leaves the cache as it found it.
+//! the kernel which of its pages are in the page cache, the way the mapping
+//! says is true for this process ([`Mapping::page_flags`]): `mincore` for
+//! the file's owner, root or a process that may write the file (on a file
+//! mapping it reports page-cache residency whether or not this process ever
+//! touched the page, and faults nothing in); for anyone else, to whom the
+//! kernel reports every page resident, [`READ_PROBES`] pages sampled with
+//! cache-only reads, which the kernel answers by reading a missing page in,
+//! so the scan waits for those reads and drops the pages again. Either way
+//! the scan leaves the cache as it found it; sampled figures are estimates
+//! ([`Residency::probed_pages`]).
 //!
 //! Opening a model does read: parsing the header faults its first pages in,
 //! and the kernel reads around them (a whole readahead window, up to
@@ -18,12 +24,17 @@ use std::path::{Path, PathBuf};
 
 use pleio::gguf::{parse_split_path, split_path, GgufError};
 use pleio::layout::{Layout, TableError};
-use pleio::map::Mapping;
+use pleio::map::{Mapping, ResidencyMethod};
 use pleio::model::Model;
-use pleio::sys::{self, MemRun};
 
 /// Buckets of the heat strip unless told otherwise.
 pub const DEFAULT_BUCKETS: usize = 64;
+
+/// Pages of a file a scan asks when it must read-probe (see the module
+/// notes): about 64 per bucket of a table that fills the file, each a
+/// one-page device read if the page is not cached (16 MiB at most, dropped
+/// again).
+pub const READ_PROBES: u64 = 4096;
 
 /// Errors scanning residency.
 #[derive(Debug, thiserror::Error)]
@@ -60,9 +71,11 @@ pub enum ResidencyError {
     /// Zero buckets asked for.
     #[error("the number of buckets must be at least 1")]
     ZeroBuckets,
-    /// This build cannot ask the OS (`mincore` unavailable: non-Linux or the
-    /// `noop-os` feature), or the kernel refused.
-    #[error("page-cache residency is not available here (mincore refused or not in this build)")]
+    /// This build cannot ask the OS (non-Linux or the `noop-os` feature), or
+    /// the kernel refused every way of asking.
+    #[error(
+        "page-cache residency is not available here (the kernel refused, or not in this build)"
+    )]
     Unsupported,
     /// The model could not be opened.
     #[error(transparent)]
@@ -86,11 +99,18 @@ pub struct Residency {
     pub resident_bytes: u64,
     /// Pages the range touches.
     pub pages: u64,
-    /// Of those, pages in the page cache.
+    /// Of those, pages in the page cache (estimated from the sample when
+    /// `probed_pages < pages`).
     pub resident_pages: u64,
+    /// Pages whose residency was asked: `pages`, or a sample of them.
+    pub probed_pages: u64,
+    /// How residency was asked (`mincore`, `cachestat`, `read-probe`, or
+    /// `given` for a snapshot built from flags).
+    pub method: &'static str,
     /// Fraction of resident pages (0..=1) per bucket: consecutive, equal
-    /// (to a page) slices of the range's pages, in file order. At most the
-    /// number asked for; fewer when the range has fewer pages.
+    /// (to a page) slices of the range's pages, in file order; of the pages
+    /// asked when sampled, NaN for a bucket none of whose pages was asked.
+    /// At most the number asked for; fewer when the range has fewer pages.
     pub buckets: Vec<f32>,
 }
 
@@ -103,6 +123,11 @@ impl Residency {
             self.resident_pages as f64 / self.pages as f64
         }
     }
+
+    /// True if every page was asked (the figures are exact).
+    pub fn is_exact(&self) -> bool {
+        self.probed_pages == self.pages
+    }
 }
 
 /// Which pages of a whole file were in the page cache at one moment.
@@ -110,30 +135,35 @@ impl Residency {
 pub struct PageSnapshot {
     len: u64,
     page: u64,
-    /// One flag per page of the file.
-    resident: Vec<bool>,
+    /// One flag per page of the file; `None` for a page not asked.
+    resident: Vec<Option<bool>>,
+    method: &'static str,
 }
 
 impl PageSnapshot {
-    /// Snapshots `file` (`mincore` over a fresh mapping; reads nothing).
+    /// Snapshots `file` over a fresh mapping: every page, or [`READ_PROBES`]
+    /// sampled ones where only read probes tell the truth (see the module
+    /// notes). Leaves the page cache as it found it.
     pub fn take(file: &File) -> Result<PageSnapshot, ResidencyError> {
         let map = Mapping::map(file).map_err(|source| ResidencyError::Io {
             what: "the file".to_owned(),
             error: source,
         })?;
-        let page = map.page_size();
-        let mut buf = Vec::new();
+        let mut resident = Vec::new();
         if !map.is_empty() {
-            let run = MemRun {
-                addr: map.base_addr(),
-                len: map.len(),
-            };
-            sys::resident_pages(run, page, &mut buf).ok_or(ResidencyError::Unsupported)?;
+            map.page_flags(READ_PROBES, &mut resident)
+                .ok_or(ResidencyError::Unsupported)?;
         }
+        let method = match map.residency_method() {
+            // mincore answered for a file cachestat was admitted to.
+            ResidencyMethod::Cachestat => "mincore",
+            m => m.name(),
+        };
         Ok(PageSnapshot {
             len: map.len() as u64,
-            page,
-            resident: buf.iter().map(|&b| b & 1 != 0).collect(),
+            page: map.page_size(),
+            resident,
+            method,
         })
     }
 
@@ -143,7 +173,8 @@ impl PageSnapshot {
         page_ok.then_some(PageSnapshot {
             len,
             page,
-            resident,
+            resident: resident.into_iter().map(Some).collect(),
+            method: "given",
         })
     }
 
@@ -171,8 +202,13 @@ impl PageSnapshot {
             range.end.div_ceil(page) - first
         };
         let flags = &self.resident[first as usize..(first + pages) as usize];
-        let count =
-            |a: u64, b: u64| flags[a as usize..b as usize].iter().filter(|&&r| r).count() as u64;
+        // (asked, resident) among pages a..b of the range.
+        let count = |a: u64, b: u64| {
+            flags[a as usize..b as usize]
+                .iter()
+                .flatten()
+                .fold((0u64, 0u64), |(n, r), &f| (n + 1, r + u64::from(f)))
+        };
 
         let n = (buckets as u64).min(pages);
         let mut fractions = Vec::with_capacity(n as usize);
@@ -180,19 +216,34 @@ impl PageSnapshot {
             // Bucket `i` holds pages `i*P/n .. (i+1)*P/n`: a partition of
             // the pages into slices differing by at most one page.
             let (a, b) = (bucket_start(i, pages, n), bucket_start(i + 1, pages, n));
-            fractions.push(count(a, b) as f32 / (b - a) as f32);
+            let (asked, resident) = count(a, b);
+            fractions.push(if asked == 0 {
+                f32::NAN
+            } else {
+                resident as f32 / asked as f32
+            });
         }
-        let resident_pages = count(0, pages);
-        let mut resident_bytes = resident_pages * page;
-        if pages > 0 {
-            // Clip the first and last pages to the range.
-            if flags[0] {
-                resident_bytes -= range.start - first * page;
+        let (probed_pages, resident_probed) = count(0, pages);
+        let (resident_pages, resident_bytes) = if probed_pages == pages {
+            let mut bytes = resident_probed * page;
+            if pages > 0 {
+                // Clip the first and last pages to the range.
+                if flags[0] == Some(true) {
+                    bytes -= range.start - first * page;
+                }
+                if flags[pages as usize - 1] == Some(true) {
+                    bytes -= (first + pages) * page - range.end;
+                }
             }
-            if flags[pages as usize - 1] {
-                resident_bytes -= (first + pages) * page - range.end;
-            }
-        }
+            (resident_probed, bytes)
+        } else {
+            // A sample: scale it to the range.
+            let est = |total: u64| {
+                (u128::from(resident_probed) * u128::from(total) / u128::from(probed_pages.max(1)))
+                    as u64
+            };
+            (est(pages), est(range.end - range.start))
+        };
         Ok(Residency {
             total_bytes: range.end - range.start,
             range,
@@ -200,6 +251,8 @@ impl PageSnapshot {
             resident_bytes,
             pages,
             resident_pages,
+            probed_pages,
+            method: self.method,
             buckets: fractions,
         })
     }

@@ -204,9 +204,16 @@ impl From<GatherError> for Error {
             GatherError::Table(t) => Error::from(t),
             GatherError::Decode(d) => Error::from(d),
             e => {
+                let row = match &e {
+                    GatherError::MappedRead { row, .. } => Some(*row),
+                    _ => None,
+                };
                 let (kind, offset, path) = match &e {
                     GatherError::OutsideFile { offset, .. }
                     | GatherError::Unmapped { offset, .. } => (ErrorKind::Io, Some(*offset), None),
+                    GatherError::MappedRead { path, offset, .. } => {
+                        (ErrorKind::Io, Some(*offset), Some(path.clone()))
+                    }
                     GatherError::Read { path, error, .. } => {
                         let offset = match error {
                             IoError::Read { offset, .. }
@@ -221,6 +228,7 @@ impl From<GatherError> for Error {
                 let mut err = Error::new(kind, e);
                 err.offset = offset;
                 err.path = path;
+                err.row = row;
                 err
             }
         }

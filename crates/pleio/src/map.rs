@@ -32,6 +32,10 @@ use std::sync::RwLock;
 
 use crate::sys::{self, AdviceOutcome, Advisor, MemRun};
 
+mod residency;
+
+pub use residency::{ResidencyMethod, ResidentPages};
+
 /// Errors registering or unmapping ranges of a [`Mapping`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -58,16 +62,74 @@ pub enum MapError {
     },
 }
 
+/// Errors copying rows out of a [`Mapping`] ([`Mapping::copy_rows`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CopyError {
+    /// The rows' bytes do not all lie inside one retained fragment of the
+    /// mapped file (past the file's end at map time, or unmapped).
+    #[error("bytes {start}..{end} are not inside one mapped fragment of the file")]
+    NotMapped {
+        /// Start of the rows' byte range.
+        start: u64,
+        /// End (exclusive).
+        end: u64,
+    },
+    /// The destination cannot hold the rows.
+    #[error("destination holds {got} bytes but the rows need {need}")]
+    Destination {
+        /// Bytes needed.
+        need: u64,
+        /// Bytes given.
+        got: usize,
+    },
+    /// Reading the mapping raised `SIGBUS` (caught; see
+    /// [`crate::sys::SIGBUS_PROTECTED`]): the file no longer holds the byte
+    /// (it shrank, or was truncated and rewritten in place) or the device
+    /// failed to read it.
+    #[error("reading the mapped file at offset {offset} failed: {}", fault_cause(*offset, *file_len))]
+    Fault {
+        /// Index (in the rows given) of the row that could not be read.
+        index: usize,
+        /// File offset of the byte that could not be read.
+        offset: u64,
+        /// The file's length right after the fault, if it could be read.
+        file_len: Option<u64>,
+    },
+}
+
+/// Why a mapped read of `offset` faults, given the file's length now.
+fn fault_cause(offset: u64, file_len: Option<u64>) -> String {
+    match file_len {
+        Some(len) if len <= offset => {
+            format!("the file is now {len} bytes long: it shrank under the mapping")
+        }
+        Some(len) => format!(
+            "the file is {len} bytes long, so the device or file system failed to read it \
+             (or the file shrank and grew back)"
+        ),
+        None => "the file shrank under the mapping or could not be read".to_owned(),
+    }
+}
+
 /// A whole file mapped read-only and shared.
 ///
 /// Reading faults pages in from the page cache. If the file is truncated by
-/// someone else while mapped, reads past the new end raise SIGBUS; pleio
-/// checks every range against the length seen at map time and never writes
-/// through the mapping.
+/// someone else while mapped, reads past the new end raise `SIGBUS`: pleio
+/// checks every range against the length seen at map time, never writes
+/// through the mapping, and reads rows only with [`Mapping::copy_rows`],
+/// which turns that signal into an error (see
+/// [`crate::sys::SIGBUS_PROTECTED`]). Slices from [`Mapping::bytes`] are
+/// not protected.
 pub struct Mapping {
     ptr: *mut u8,
     len: usize,
     page: u64,
+    /// The mapped file (a duplicate descriptor): its length after a fault,
+    /// and page-cache residency queries.
+    file: Option<File>,
+    /// How residency is learned, decided on first use.
+    residency: std::sync::OnceLock<ResidencyMethod>,
     /// File byte ranges still mapped: sorted, disjoint, non-empty. Starts are
     /// page-aligned; ends are page-aligned or the file length.
     retained: Vec<Range<u64>>,
@@ -104,6 +166,8 @@ impl Mapping {
                 ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(),
                 len: 0,
                 page,
+                file: file.try_clone().ok(),
+                residency: std::sync::OnceLock::new(),
                 retained: Vec::new(),
                 lazy: RwLock::new(Vec::new()),
             });
@@ -113,6 +177,8 @@ impl Mapping {
             ptr,
             len,
             page,
+            file: file.try_clone().ok(),
+            residency: std::sync::OnceLock::new(),
             retained: std::iter::once(0..len as u64).collect(),
             lazy: RwLock::new(Vec::new()),
         })
@@ -286,6 +352,66 @@ impl Mapping {
         Some(unsafe { std::slice::from_raw_parts(self.ptr.add(offset as usize), len as usize) })
     }
 
+    /// Copies rows out of the mapping: `row_bytes` bytes from file offset
+    /// `offset + rows[i] * row_bytes` to `dst[i * row_bytes..]`, for every
+    /// `i`. Every row must lie inside one retained fragment, checked first.
+    ///
+    /// The one way pleio reads row bytes through a mapping: a file that
+    /// shrank under it (or a device error) is [`CopyError::Fault`], not
+    /// `SIGBUS`, where [`crate::sys::SIGBUS_PROTECTED`]. On `Err`, `dst`
+    /// holds the rows before the failing one and unspecified bytes after.
+    pub fn copy_rows(
+        &self,
+        offset: u64,
+        row_bytes: u64,
+        rows: &[u64],
+        dst: &mut [u8],
+    ) -> Result<(), CopyError> {
+        let need = (rows.len() as u64).checked_mul(row_bytes);
+        if need.is_none_or(|n| n > dst.len() as u64) {
+            return Err(CopyError::Destination {
+                need: need.unwrap_or(u64::MAX),
+                got: dst.len(),
+            });
+        }
+        let Some(&last) = rows.iter().max() else {
+            return Ok(());
+        };
+        if row_bytes == 0 {
+            return Ok(());
+        }
+        let end = last
+            .checked_add(1)
+            .and_then(|n| n.checked_mul(row_bytes))
+            .and_then(|b| b.checked_add(offset));
+        let Some(end) = end.filter(|&e| self.fragment_containing(offset, e - offset).is_some())
+        else {
+            return Err(CopyError::NotMapped {
+                start: offset,
+                end: end.unwrap_or(u64::MAX),
+            });
+        };
+        debug_assert!(end <= self.len as u64);
+        // SAFETY: every row's bytes lie in `offset..end`, inside a retained
+        // fragment, mapped read-only for as long as `self` is borrowed
+        // (unmapping needs `&mut self`); `dst` holds all rows (checked);
+        // `end` fits the mapping, so `row * row_bytes` cannot overflow.
+        let copied = unsafe {
+            sys::guard::copy_rows(dst, self.ptr.add(offset as usize), rows, row_bytes as usize)
+        };
+        copied.map_err(|f| CopyError::Fault {
+            index: f.index,
+            offset: (f.addr as u64).saturating_sub(self.ptr as u64),
+            file_len: self.file_len_now(),
+        })
+    }
+
+    /// The mapped file's length now (`fstat`), if it can be read: after a
+    /// fault, whether the file shrank.
+    pub fn file_len_now(&self) -> Option<u64> {
+        self.file.as_ref()?.metadata().ok().map(|m| m.len())
+    }
+
     /// Length of the mapping in bytes (the file length at map time).
     pub fn len(&self) -> usize {
         self.len
@@ -408,22 +534,6 @@ impl Mapping {
             // mapping's retained fragment.
             s >= e || unsafe { sys::dont_need_shared(self.mem_run(s..e)) }
         })
-    }
-
-    /// How many pages of `range` (page-rounded outward, retained parts only)
-    /// are in the page cache right now (`mincore`), if the OS can tell.
-    pub fn resident_pages(&self, range: Range<u64>) -> Option<u64> {
-        let pages = floor_to(range.start, self.page)..ceil_to(range.end, self.page);
-        let mut total = 0;
-        let mut buf = Vec::new();
-        for f in &self.retained {
-            let s = pages.start.max(f.start);
-            let e = pages.end.min(f.end);
-            if s < e {
-                total += sys::resident_pages(self.mem_run(s..e), self.page, &mut buf)?;
-            }
-        }
-        Some(total)
     }
 }
 

@@ -189,28 +189,3 @@ fn bad_ids_and_buffers_fail_before_anything_is_written() {
         }
     }
 }
-
-#[test]
-fn direct_strategies_report_a_truncated_file_as_an_error() {
-    let fx = Fixture::qwen(3000, 4);
-    let n = fx.table.rows();
-    // Cut the file in the middle of the last row, after the model mapped it.
-    let len = fx.file_len();
-    fx.file
-        .as_file()
-        .set_len(len - fx.table.row_bytes() / 2)
-        .unwrap();
-    // `auto` serves rows in the page cache from the mapping (it finds them
-    // with mincore even in a fresh reader), so under truncation it behaves
-    // like `fault`; only the strategies that never map are checked here.
-    for &s in Strategy::ALL
-        .iter()
-        .filter(|s| !s.is_mapped() && **s != Strategy::Auto)
-    {
-        let reader = fx.reader();
-        let mut out = vec![0f32; 2 * reader.row_elems()];
-        let e = reader.gather_with(s, &[0, n - 1], &mut out).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Io, "{s}: {e}");
-        assert!(e.to_string().contains("offset"), "{s}: {e}");
-    }
-}

@@ -351,8 +351,15 @@ fn print_table(o: &mut String, r: &Report) {
     }
     outln!(
         o,
-        "residency checks: clock read {:.0} ns (auto: one per 8 warm rows), mincore of one row {:.2} us, mincore of the whole table {:.1} ms",
-        c.clock_ns, c.mincore_row_us, c.mincore_table_ms
+        "residency checks: clock read {:.0} ns (auto: one per 16 warm rows), {} of one row {:.2} us, of the whole table {}",
+        c.clock_ns,
+        c.method,
+        c.probe_row_us,
+        if c.probe_table_ms.is_finite() {
+            format!("{:.1} ms", c.probe_table_ms)
+        } else {
+            "not measured (read probes would read every uncached page)".to_owned()
+        }
     );
     if r.arms.iter().any(|a| a.fallback) {
         outln!(
@@ -399,8 +406,9 @@ pub(crate) fn to_json(r: &Report) -> Value {
     j["seed"] = json!(r.seed);
     j["residency_costs"] = json!({
         "clock_ns": c.clock_ns,
-        "mincore_row_us": finite(c.mincore_row_us),
-        "mincore_table_ms": finite(c.mincore_table_ms),
+        "method": c.method,
+        "probe_row_us": finite(c.probe_row_us),
+        "probe_table_ms": finite(c.probe_table_ms),
     });
     j["arms"] = r.arms.iter().map(arm_json).collect();
     j["floor"] = r.floor.as_ref().map_or(Value::Null, report::floor_json);

@@ -14,9 +14,12 @@ use crate::plot;
 
 /// Show how much of the PLE table (or `--tensor`) is in the page cache:
 /// percentage, bytes, and a heat strip along the table. The file is
-/// snapshotted with `mincore` on a fresh mapping before it is opened
-/// (opening reads the header, and the kernel reads around it), so the
-/// figures are the cache as it was, and the scan reads no byte of the table.
+/// snapshotted on a fresh mapping before it is opened (opening reads the
+/// header, and the kernel reads around it), so the figures are the cache as
+/// it was: with `mincore` (every page) where the kernel shows this user the
+/// file's residency (owner, root, or may write it), else by sampling pages
+/// with cache-only reads (estimates; the pages such a read makes the kernel
+/// load are dropped again). Either way the cache is left as it was found.
 #[derive(clap::Args)]
 pub struct Args {
     /// A GGUF file, or any shard of a split set.
@@ -83,12 +86,15 @@ fn percent(f: f64) -> String {
 }
 
 /// One character per bucket: blank for none resident, a full block for
-/// all, and at least the lowest block for any.
+/// all, at least the lowest block for any, `?` for a bucket not asked.
 pub fn strip(buckets: &[f32]) -> String {
     let top = (SHADES.len() - 1) as f32;
     buckets
         .iter()
         .map(|&f| {
+            if f.is_nan() {
+                return '?';
+            }
             let f = f.clamp(0.0, 1.0);
             let level = if f > 0.0 {
                 ((f * top).round() as usize).max(1)
@@ -115,6 +121,9 @@ fn report(model: &Model, table: &Layout, r: &Residency) -> Json {
         "resident_pages": r.resident_pages,
         "resident_bytes": r.resident_bytes,
         "resident_fraction": r.fraction(),
+        "method": r.method,
+        "probed_pages": r.probed_pages,
+        "exact": r.is_exact(),
         "buckets": r.buckets,
     })
 }
@@ -135,13 +144,23 @@ fn print_text(model: &Model, table: &Layout, r: &Residency) {
         human_bytes(r.page_size)
     );
     println!(
-        "resident: {} ({} of {}, {} of {} pages)",
+        "resident: {}{} ({} of {}, {} of {} pages)",
+        if r.is_exact() { "" } else { "about " },
         percent(r.fraction()),
         human_bytes(r.resident_bytes),
         human_bytes(r.total_bytes),
         r.resident_pages,
         r.pages
     );
+    if r.is_exact() {
+        println!("asked: every page, with {}", r.method);
+    } else {
+        println!(
+            "asked: {} sampled pages with cache-only reads (the kernel hides this file's \
+             page-cache residency from a user who neither owns nor may write it)",
+            r.probed_pages
+        );
+    }
     if !r.buckets.is_empty() {
         let per = r.pages.div_ceil(r.buckets.len() as u64) * r.page_size;
         println!(
@@ -159,7 +178,7 @@ mod tests {
 
     #[test]
     fn strip_shades_and_keeps_any_residency_visible() {
-        assert_eq!(strip(&[0.0, 0.001, 0.5, 1.0, 2.0]), " ▁▄██");
+        assert_eq!(strip(&[0.0, 0.001, 0.5, 1.0, 2.0, f32::NAN]), " ▁▄██?");
         assert_eq!(percent(0.0), "0.0%");
         assert_eq!(percent(0.0004), "<0.1%");
         assert_eq!(percent(0.5), "50.0%");

@@ -2,17 +2,22 @@
 //! io_uring, and an honest view of the page cache.
 //!
 //! One pass over the request: a row whose pages the residency bitmap marks
-//! resident is decoded from the mapping at once (no system call, no thread
-//! hop, no copy); any other row is set aside. The set-aside rows are then
-//! read together through the buffered `uring` backend (every read in flight
-//! at queue depth 64; the pool where io_uring is unavailable), decoded from
-//! staging, and their pages marked resident.
+//! resident is copied out of the mapping at once (no system call, no thread
+//! hop; the copy survives a file shrinking under it, see
+//! [`crate::sys::SIGBUS_PROTECTED`]); any other row is set aside. The
+//! set-aside rows are then read together through the buffered `uring`
+//! backend (every read in flight at queue depth 64; the pool where io_uring
+//! is unavailable), decoded from staging, and their pages marked resident.
+//! The mapped rows are written last, so an error leaves the output
+//! untouched.
 //!
 //! Rows the bitmap does not know are not taken as cold blindly: the first
-//! few are checked with `mincore`, and if any is in the page cache (a
-//! fresh process over a warm cache), all of them are, and the resident ones
-//! take the mapped path and are learned. A truly cold batch pays at most
-//! [`PROBE`] `mincore` calls for this.
+//! few are checked against the page cache (a *probe*: `cachestat`, or
+//! `mincore`, or for a reader the kernel hides residency from, a one-byte
+//! cache-only read; see [`crate::map::ResidencyMethod`]), and if any is
+//! in the page cache (a fresh process over a warm cache), all of them are,
+//! and the resident ones take the mapped path and are learned. A truly cold
+//! batch pays at most [`PROBE`] probes for this.
 //!
 //! The bitmap goes stale when the kernel evicts pages pleio read. The warm
 //! path watches for that: it is timed in windows of [`WINDOW`] rows (one
@@ -20,18 +25,18 @@
 //! slower than [`WINDOW_BUDGET`] is the eviction signature (a major fault
 //! costs a device read, tens of microseconds; a window of resident rows,
 //! even with minor faults, costs a few). Then the next window's rows are
-//! checked with `mincore` before they are touched: one found evicted
+//! probed before they are touched: one found evicted
 //! confirms it, the rest of the batch joins the cold reads, the bitmap is
 //! cleared (eviction rarely takes one page) and re-learned from this batch
 //! on, and the stats say `rearmed`. A slow window with nothing evicted
-//! behind it (the thread was preempted) costs at most [`WINDOW`] `mincore`
-//! calls and nothing else.
+//! behind it (the thread was preempted) costs at most [`WINDOW`] probes
+//! and nothing else.
 
 use std::time::{Duration, Instant};
 
 use super::direct::{with_scratch, Kind};
 use super::known_pages::Residency;
-use super::{GatherError, GatherStats, Table};
+use super::{with_staged, GatherError, GatherStats, Staged, Table};
 use crate::output::Out;
 
 /// Rows decoded between two clock reads on the warm path. A decode batch
@@ -44,9 +49,9 @@ pub(super) const WINDOW: usize = 16;
 /// sixteen resident rows cost under 2 us, sixteen minor faults under 20 us.
 pub(super) const WINDOW_BUDGET: Duration = Duration::from_micros(50);
 
-/// Rows believed cold that are checked with `mincore` before the device is
-/// asked: if none is resident the batch is taken as truly cold, so a cold
-/// batch pays at most this many `mincore` calls (about a microsecond each).
+/// Rows believed cold that are probed before the device is asked: if none
+/// is resident the batch is taken as truly cold, so a cold batch pays at
+/// most this many probes (about a microsecond each).
 pub(super) const PROBE: usize = 8;
 
 impl Table {
@@ -61,16 +66,14 @@ impl Table {
         })
     }
 
-    /// True if `mincore` reports every page of `row` resident.
-    fn mincore_resident(&self, row: u64) -> bool {
+    /// True if the page cache holds every page of `row` (a probe; see
+    /// [`crate::map::Mapping::all_resident`]).
+    fn probe_resident(&self, row: u64) -> bool {
         let t = &self.shared.table;
-        let Some(m) = self.mapping() else {
-            return false;
-        };
         let start = t.offset() + row * t.row_bytes();
-        let page = m.page_size();
-        let pages = (start + t.row_bytes()).div_ceil(page) - start / page;
-        m.resident_pages(start..start + t.row_bytes()) == Some(pages)
+        self.mapping()
+            .and_then(|m| m.all_resident(start..start + t.row_bytes()))
+            .unwrap_or(false)
     }
 
     pub(super) fn gather_auto(
@@ -80,51 +83,87 @@ impl Table {
         stats: &mut GatherStats,
     ) -> Result<(), GatherError> {
         let t = &self.shared.table;
-        let Some(whole) = self.mapping().and_then(|m| m.bytes(t.offset(), t.bytes())) else {
+        if self
+            .mapping()
+            .and_then(|m| m.bytes(t.offset(), t.bytes()))
+            .is_none()
+        {
             // Table not mapped whole (unmapped fragments, or no mapping):
             // read everything; without a file, let the mapped path decide.
             return match self.gather_direct(Kind::Uring, rows, out, stats) {
                 Err(GatherError::NoFile { .. }) => self.gather_mapped(rows, out),
                 r => r,
             };
-        };
+        }
+        with_staged(|st| self.auto_staged(rows, out, stats, st))
+    }
+
+    /// `auto` over a wholly mapped table: rows believed resident are copied
+    /// out of the mapping into `st` as the request is walked (timed, to
+    /// catch eviction), the rest read through io_uring and written; the
+    /// staged rows are written last, so a failed read or a faulting copy
+    /// leaves `out` untouched.
+    fn auto_staged(
+        &self,
+        rows: &[u64],
+        out: &mut Out<'_>,
+        stats: &mut GatherStats,
+        st: &mut Staged,
+    ) -> Result<(), GatherError> {
+        let rb = self.shared.table.row_bytes() as usize;
         let res = self.residency();
-        let rb = t.row_bytes() as usize;
-        let decode = |row: u64, j: usize, out: &mut Out<'_>| -> Result<(), GatherError> {
-            // check_rows passed, so the row lies inside `whole`.
-            let s = row as usize * rb;
-            let src = whole.get(s..s + rb).ok_or(GatherError::OutsideFile {
-                offset: t.offset() + row * t.row_bytes(),
-                len: t.row_bytes(),
+        let need = rows
+            .len()
+            .checked_mul(rb)
+            .ok_or(GatherError::OutputLength {
+                got: out.len(),
+                need: usize::MAX,
+                rows: rows.len(),
+                row_elems: self.shared.table.row_elems(),
             })?;
-            out.put(j, src, &self.shared.decoder)?;
-            Ok(())
+        if st.bytes.len() < need {
+            st.bytes.resize(need, 0);
+        }
+        st.slots.clear();
+        // Appends `ids` (request indices `slots`) to the staging.
+        let stage = |st: &mut Staged, ids: &[u64], slots: &[usize]| {
+            let at = st.slots.len() * rb;
+            self.copy_mapped(ids, &mut st.bytes[at..at + ids.len() * rb])?;
+            st.slots.extend_from_slice(slots);
+            Ok::<(), GatherError>(())
         };
         let mut cold: Vec<usize> = Vec::new();
         let mut evicted = false;
+        let (mut ids, mut slots) = ([0u64; WINDOW], [0usize; WINDOW]);
         let n = rows.len();
         let mut i = 0;
         while i < n {
             let end = (i + WINDOW).min(n);
             let clock = (end < n).then(Instant::now);
+            let mut k = 0;
             for (j, &row) in rows.iter().enumerate().take(end).skip(i) {
                 if res.is_resident(row) {
-                    decode(row, j, out)?;
+                    ids[k] = row;
+                    slots[k] = j;
+                    k += 1;
                 } else {
                     cold.push(j);
                 }
             }
+            if k > 0 {
+                stage(st, &ids[..k], &slots[..k])?;
+            }
             i = end;
             if clock.is_some_and(|c| c.elapsed() > WINDOW_BUDGET) {
-                // Eviction signature: before touching more rows, ask
-                // `mincore` about the next window's. One believed resident
-                // but gone confirms an eviction: the bitmap is stale, so
-                // the rest of the batch is read as cold. Otherwise it was
-                // noise (preemption) and the warm path carries on.
+                // Eviction signature: before touching more rows, probe the
+                // next window's. One believed resident but gone confirms an
+                // eviction: the bitmap is stale, so the rest of the batch
+                // is read as cold. Otherwise it was noise (preemption) and
+                // the warm path carries on.
                 let next = &rows[i..(i + WINDOW).min(n)];
                 if next
                     .iter()
-                    .any(|&r| res.is_resident(r) && !self.mincore_resident(r))
+                    .any(|&r| res.is_resident(r) && !self.probe_resident(r))
                 {
                     evicted = true;
                     cold.extend(i..n);
@@ -138,17 +177,17 @@ impl Table {
         } else if cold
             .iter()
             .take(PROBE)
-            .any(|&j| self.mincore_resident(rows[j]))
+            .any(|&j| self.probe_resident(rows[j]))
         {
             // The bitmap knows only the pages pleio read itself; the page
             // cache may hold more (an earlier process, another reader).
             // Some of the first rows believed cold are resident, so every
-            // one is checked: the resident ones are decoded from the mapping
+            // one is checked: the resident ones are copied from the mapping
             // and learned, the rest go to the device.
             let mut still = Vec::with_capacity(cold.len());
             for &j in &cold {
-                if self.mincore_resident(rows[j]) {
-                    decode(rows[j], j, out)?;
+                if self.probe_resident(rows[j]) {
+                    stage(st, &rows[j..=j], &[j])?;
                     res.mark(rows[j]);
                     stats.found_resident += 1;
                 } else {
@@ -171,15 +210,17 @@ impl Table {
                     )
                 })?,
                 Err(GatherError::NoFile { .. }) => {
-                    // A bare mapping: fault the cold rows in.
+                    // No file to read: fault the cold rows in.
                     for &j in &cold {
-                        decode(rows[j], j, out)?;
+                        stage(st, &rows[j..=j], &[j])?;
                         res.mark(rows[j]);
                     }
                 }
                 Err(e) => return Err(e),
             }
         }
+        let staged = st.slots.len() * rb;
+        self.put_staged(&st.bytes[..staged], Some(&st.slots), out)?;
         if evicted {
             // Everything this batch touched is resident now.
             for &row in rows {

@@ -1,6 +1,6 @@
 //! What `auto` believes is in the page cache: one bit per page of the table,
 //! set when pleio itself brought the page in (a buffered read of a cold
-//! row, or a `mincore` check), cleared all at once when an eviction is
+//! row, or a page-cache probe), cleared all at once when an eviction is
 //! detected or the caller evicted the table ([`Residency::clear`]).
 //!
 //! A check is a shift and one relaxed atomic load per page a row touches

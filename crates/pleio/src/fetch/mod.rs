@@ -4,13 +4,19 @@
 //! only in how the row bytes get from the disk into memory. This stage
 //! validates every id before any I/O, so a bad id never yields partial output.
 //!
-//! - mapped (`fault`, `advise`): decode straight from the file mapping;
+//! - mapped (`fault`, `advise`): row bytes copied out of the file mapping
+//!   into per-thread staging (a file that shrank under the mapping is an
+//!   error there, not `SIGBUS`: see [`crate::sys::SIGBUS_PROTECTED`]), then
+//!   decoded;
 //! - direct (`pread`, `uring`, `uring-direct`, `pool`, in [`direct`]):
 //!   sorted, deduplicated rows read by positioned reads into reused staging,
 //!   no mapping touched (a truncated file is an error, never SIGBUS);
 //! - `auto` ([`auto`]): resident rows mapped, rows believed cold read
 //!   through io_uring, residency tracked by a per-table page bitmap
-//!   ([`residency`]) that re-arms itself on an eviction signature.
+//!   ([`known_pages`]) that re-arms itself on an eviction signature.
+//!
+//! On any error the caller's output is untouched: every strategy reads all
+//! of a batch's bytes before it writes the output.
 
 mod auto;
 mod direct;
@@ -29,7 +35,7 @@ use crate::error::Error;
 use crate::io::IoError;
 use crate::layout::{Layout, RowId, TableError};
 use crate::lookahead::Lookahead;
-use crate::map::Mapping;
+use crate::map::{CopyError, Mapping};
 use crate::model::Model;
 use crate::ngram::ModelRows;
 use crate::output::{Dtype, Out};
@@ -152,6 +158,20 @@ pub enum GatherError {
         /// Row bytes.
         len: u64,
     },
+    /// Reading a row through the mapping failed (`SIGBUS`, caught): the file
+    /// shrank under the mapping (truncated, or rewritten in place) or the
+    /// device could not read it. Nothing was written to the output.
+    #[error("{}: row {row}: {}", display_path(path), CopyError::Fault { index: 0, offset: *offset, file_len: *file_len })]
+    MappedRead {
+        /// The mapped file (empty if unknown).
+        path: PathBuf,
+        /// The row that could not be read.
+        row: u64,
+        /// File offset of the byte that could not be read.
+        offset: u64,
+        /// The file's length right after the fault, if it could be read.
+        file_len: Option<u64>,
+    },
     /// Reading the rows' bytes from the file failed (e.g. the file is
     /// shorter than its table: an error naming the offset, not SIGBUS).
     #[error("{backend} read of {path}: {error}")]
@@ -195,6 +215,15 @@ pub enum GatherError {
     },
 }
 
+/// A path for a message: `the mapped file` when unknown.
+fn display_path(path: &Path) -> std::borrow::Cow<'_, str> {
+    if path.as_os_str().is_empty() {
+        "the mapped file".into()
+    } else {
+        path.to_string_lossy()
+    }
+}
+
 /// What one gather did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GatherStats {
@@ -218,7 +247,7 @@ pub struct GatherStats {
     /// through the mapping: all rows for the direct strategies, the rows
     /// believed cold for `auto`.
     pub cold_rows: u64,
-    /// `auto` only: rows the residency bitmap did not know that `mincore`
+    /// `auto` only: rows the residency bitmap did not know that a probe
     /// found in the page cache; they were decoded from the mapping.
     pub found_resident: u64,
     /// Read requests issued (syscalls or ring entries, resubmits included).
@@ -232,7 +261,7 @@ pub struct GatherStats {
     /// True when the strategy's backend was unavailable (io_uring disabled,
     /// `O_DIRECT` refused) and a fallback served the reads.
     pub fallback: bool,
-    /// `auto` only: a warm-believed part of the batch was slow and `mincore`
+    /// `auto` only: a warm-believed part of the batch was slow and a probe
     /// confirmed pages had been evicted behind pleio's back, so the
     /// residency bitmap was reset and those rows were read as cold.
     pub rearmed: bool,
@@ -247,6 +276,38 @@ struct Scratch {
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Per-thread staging of row bytes copied out of the mapping: the mapped
+/// paths decode from here, never from the mapping itself, so a read that
+/// faults leaves the caller's output untouched.
+#[derive(Default)]
+struct Staged {
+    /// Row bytes, one row after another.
+    bytes: Vec<u8>,
+    /// Request index of each staged row (`auto`).
+    slots: Vec<usize>,
+}
+
+/// Staging kept between gathers up to this size; larger is freed after use.
+const STAGED_KEEP: usize = 64 << 20;
+
+thread_local! {
+    static STAGED: RefCell<Staged> = RefCell::new(Staged::default());
+}
+
+/// Runs `f` with this thread's staging (a fresh one if it is in use).
+fn with_staged<R>(f: impl FnOnce(&mut Staged) -> R) -> R {
+    STAGED.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut s) => {
+            let r = f(&mut s);
+            if s.bytes.capacity() > STAGED_KEEP {
+                *s = Staged::default();
+            }
+            r
+        }
+        Err(_) => f(&mut Staged::default()),
+    })
 }
 
 /// The part of a table handle its clones share: the model, the layout, the
@@ -622,39 +683,112 @@ impl Table {
         });
     }
 
-    /// The straight mapped path: copy-free decode from the mapping. Never
-    /// reads outside the retained fragments: such a row is an error.
-    fn gather_mapped(&self, rows: &[u64], out: &mut Out<'_>) -> Result<(), GatherError> {
+    /// Copies `rows` (all inside the table) out of the mapping into
+    /// `dst`, one after another. A fault is an error naming the file, the
+    /// row and the offset; rows outside the mapping are `OutsideFile` or
+    /// `Unmapped`.
+    fn copy_mapped(&self, rows: &[u64], dst: &mut [u8]) -> Result<(), GatherError> {
         let t = &self.shared.table;
         let rb = t.row_bytes();
-        let mapping = self.mapping();
-        // Usual case: the whole table is mapped, one check for all rows.
-        let whole = mapping.and_then(|m| m.bytes(t.offset(), t.bytes()));
-        for (i, &row) in rows.iter().enumerate() {
-            let src = match whole {
-                Some(tb) => {
-                    // check_rows passed, so the row lies inside `tb`.
-                    let s = (row * rb) as usize;
-                    tb.get(s..s + rb as usize).ok_or(GatherError::OutsideFile {
-                        offset: t.offset() + row * rb,
-                        len: rb,
-                    })?
+        let Some(m) = self.mapping() else {
+            let offset = rows.first().map_or(t.offset(), |&r| t.offset() + r * rb);
+            return Err(GatherError::OutsideFile { offset, len: rb });
+        };
+        let fault = |rows: &[u64], e: CopyError| match e {
+            CopyError::Fault {
+                index,
+                offset,
+                file_len,
+            } => GatherError::MappedRead {
+                path: self.path().to_path_buf(),
+                row: rows.get(index).copied().unwrap_or_default(),
+                offset,
+                file_len,
+            },
+            CopyError::NotMapped { start, .. } => GatherError::OutsideFile {
+                offset: start,
+                len: rb,
+            },
+            CopyError::Destination { need, got } => GatherError::OutputLength {
+                got,
+                need: usize::try_from(need).unwrap_or(usize::MAX),
+                rows: rows.len(),
+                row_elems: t.row_elems(),
+            },
+        };
+        match m.copy_rows(t.offset(), rb, rows, dst) {
+            // Usual case: the whole table is mapped, one check for all rows.
+            Err(CopyError::NotMapped { .. }) => {}
+            r => return r.map_err(|e| fault(rows, e)),
+        }
+        // Part of the table is not mapped: row by row, to name the row.
+        for (i, (&row, slot)) in rows
+            .iter()
+            .zip(dst.chunks_exact_mut(rb as usize))
+            .enumerate()
+        {
+            let offset = t.row_offset(row)?;
+            match m.copy_rows(offset, rb, &[0], slot) {
+                Ok(()) => {}
+                Err(CopyError::NotMapped { .. }) => {
+                    let inside = offset.checked_add(rb).is_some_and(|e| e <= m.len() as u64);
+                    return Err(if inside {
+                        GatherError::Unmapped { offset, len: rb }
+                    } else {
+                        GatherError::OutsideFile { offset, len: rb }
+                    });
                 }
-                None => {
-                    let offset = t.row_offset(row)?;
-                    let inside = offset
-                        .checked_add(rb)
-                        .zip(mapping)
-                        .is_some_and(|(end, m)| end <= m.len() as u64);
-                    match mapping.and_then(|m| m.bytes(offset, rb)) {
-                        Some(b) => b,
-                        None if inside => return Err(GatherError::Unmapped { offset, len: rb }),
-                        None => return Err(GatherError::OutsideFile { offset, len: rb }),
-                    }
-                }
-            };
-            out.put(i, src, &self.shared.decoder)?;
+                Err(e) => return Err(fault(&rows[i..=i], e)),
+            }
         }
         Ok(())
+    }
+
+    /// Writes `staged` rows (one after another) into the output slots
+    /// `slots` (request indices; `None`: in order).
+    fn put_staged(
+        &self,
+        staged: &[u8],
+        slots: Option<&[usize]>,
+        out: &mut Out<'_>,
+    ) -> Result<(), GatherError> {
+        let rb = self.shared.table.row_bytes() as usize;
+        let rows = staged.chunks_exact(rb);
+        match slots {
+            None => {
+                for (i, src) in rows.enumerate() {
+                    out.put(i, src, &self.shared.decoder)?;
+                }
+            }
+            Some(slots) => {
+                for (src, &j) in rows.zip(slots) {
+                    out.put(j, src, &self.shared.decoder)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The mapped path: the rows' bytes copied out of the mapping into
+    /// per-thread staging (a shrunk file is an error there, not `SIGBUS`),
+    /// then written to `out`, which is touched only once every row was
+    /// read. Never reads outside the retained fragments: such a row is an
+    /// error.
+    fn gather_mapped(&self, rows: &[u64], out: &mut Out<'_>) -> Result<(), GatherError> {
+        let rb = self.shared.table.row_bytes() as usize;
+        let need = rows
+            .len()
+            .checked_mul(rb)
+            .ok_or(GatherError::OutputLength {
+                got: out.len(),
+                need: usize::MAX,
+                rows: rows.len(),
+                row_elems: self.shared.table.row_elems(),
+            })?;
+        with_staged(|s| {
+            s.bytes.resize(need, 0);
+            self.copy_mapped(rows, &mut s.bytes)?;
+            self.put_staged(&s.bytes, None, out)
+        })
     }
 }

@@ -259,3 +259,133 @@ pub(super) fn cgroup_texts() -> (String, String) {
         proc_text("/proc/self/cgroup").unwrap_or_default(),
     )
 }
+
+/// `cachestat(2)`'s number (Linux 6.5+; one number for every architecture
+/// with the common syscall table).
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64",
+    target_arch = "powerpc64",
+    target_arch = "s390x",
+    target_arch = "loongarch64"
+))]
+const SYS_CACHESTAT: Option<libc::c_long> = Some(451);
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64",
+    target_arch = "powerpc64",
+    target_arch = "s390x",
+    target_arch = "loongarch64"
+)))]
+const SYS_CACHESTAT: Option<libc::c_long> = None;
+
+pub(super) fn cachestat(file: &File, range: Range<u64>) -> io::Result<u64> {
+    #[repr(C)]
+    struct CachestatRange {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Cachestat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    let Some(nr) = SYS_CACHESTAT else {
+        return Err(io::Error::from_raw_os_error(libc::ENOSYS));
+    };
+    if range.is_empty() {
+        return Ok(0);
+    }
+    let r = CachestatRange {
+        off: range.start,
+        len: range.end - range.start,
+    };
+    let mut cs = Cachestat::default();
+    // SAFETY: cachestat reads `r` and writes `cs`, both live, correctly
+    // laid out (the kernel's struct cachestat_range and struct cachestat)
+    // and outliving the call; it touches no other memory.
+    let rc = unsafe {
+        libc::syscall(
+            nr,
+            file.as_raw_fd(),
+            &r as *const CachestatRange,
+            &mut cs as *mut Cachestat,
+            0u32,
+        )
+    };
+    if rc == 0 {
+        Ok(cs.nr_cache)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+pub(super) fn read_cached(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    let off = i64::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    loop {
+        // SAFETY: `iov` describes `buf`, writable and live for the call;
+        // preadv2 writes at most `buf.len()` bytes there.
+        let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, off, libc::RWF_NOWAIT) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+pub(super) fn may_write(file: &File) -> bool {
+    let empty = c"";
+    // SAFETY: faccessat2 on our own fd with an empty, NUL-terminated path
+    // (AT_EMPTY_PATH: the fd itself) only checks permissions.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_faccessat2,
+            file.as_raw_fd(),
+            empty.as_ptr(),
+            libc::W_OK,
+            libc::AT_EACCESS | libc::AT_EMPTY_PATH,
+        )
+    };
+    if rc == 0 {
+        return true;
+    }
+    if io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
+        return false;
+    }
+    // No faccessat2 (Linux < 5.8): the mode bits, ignoring read-only mounts.
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = file.metadata() else {
+        return false;
+    };
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    (m.uid() == uid && m.mode() & 0o200 != 0)
+        || (m.gid() == gid && m.mode() & 0o020 != 0)
+        || m.mode() & 0o002 != 0
+}
+
+pub(super) fn owns_or_may_write(file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    // uid 0 stands for CAP_FOWNER, which the kernel's owner test accepts.
+    uid == 0 || file.metadata().is_ok_and(|m| m.uid() == uid) || may_write(file)
+}

@@ -42,6 +42,14 @@ mod adv;
 #[cfg(not(all(target_os = "linux", not(feature = "noop-os"))))]
 use stub as adv;
 
+pub(crate) mod guard;
+
+/// True where reads through pleio's mappings survive `SIGBUS` (a file that
+/// shrank under its mapping, or a device error): Linux x86_64. There a
+/// mapped gather returns an error instead of the process dying; elsewhere
+/// the signal kills as it would without pleio.
+pub const SIGBUS_PROTECTED: bool = guard::PROTECTED;
+
 /// True when this build has the no-op OS layer (no advice, no fault
 /// counters, no eviction): a non-Linux target or the `noop-os` feature.
 pub const NOOP: bool = adv::NOOP;
@@ -172,6 +180,37 @@ pub fn cgroup_texts() -> (String, String) {
 /// using `buf` as scratch; `None` where the OS cannot tell.
 pub fn resident_pages(run: MemRun, page: u64, buf: &mut Vec<u8>) -> Option<u64> {
     adv::resident_pages(run, page, buf)
+}
+
+/// Pages of file bytes `range` (page-rounded outward) in the page cache,
+/// by `cachestat(2)` (Linux 6.5+): exact, one call for any range.
+///
+/// Since Linux 6.14 the kernel refuses (`PermissionDenied`) a caller that
+/// neither owns `file` nor may write it, as it makes `mincore` lie to such a
+/// caller: this refusal is how pleio learns that only
+/// [`read_cached`] tells it the truth. `Unsupported` (ENOSYS) on older
+/// kernels and in the no-op layer.
+pub fn cachestat(file: &File, range: Range<u64>) -> std::io::Result<u64> {
+    adv::cachestat(file, range)
+}
+
+/// Reads `buf.len()` bytes at `offset` of `file` only if they are in the
+/// page cache (`preadv2(RWF_NOWAIT)`): `Ok(n)` for the cached prefix
+/// (`n < buf.len()` where a page is missing or the file ends),
+/// `WouldBlock` if the first page is not cached. Works for any reader.
+///
+/// Not free of side effects: for a missing first page the kernel starts
+/// reading it in (one page) before it answers `WouldBlock`.
+pub fn read_cached(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+    adv::read_cached(file, offset, buf)
+}
+
+/// True if the kernel shows this process the page-cache residency of
+/// `file` through `mincore`: it owns the file (or is root) or may write
+/// it. Since Linux 5.0 `mincore` reports every page of a file mapping
+/// resident to anyone else. Always false in the no-op layer.
+pub fn residency_visible(file: &File) -> bool {
+    adv::owns_or_may_write(file)
 }
 
 /// A range of this process's address space: `len` bytes from `addr`.

@@ -53,6 +53,24 @@ pub(super) fn resident_pages(_run: MemRun, _page: u64, _buf: &mut Vec<u8>) -> Op
     None
 }
 
+pub(super) fn cachestat(_file: &File, _range: Range<u64>) -> io::Result<u64> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "cachestat is not available in this build",
+    ))
+}
+
+pub(super) fn read_cached(_file: &File, _offset: u64, _buf: &mut [u8]) -> io::Result<usize> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "cache-only reads are not available in this build",
+    ))
+}
+
+pub(super) fn owns_or_may_write(_file: &File) -> bool {
+    false
+}
+
 /// Only used where there are no control groups (non-Unix targets).
 pub(super) fn join_cgroup_on_spawn(
     _cmd: &mut std::process::Command,

@@ -1,0 +1,289 @@
+//! A table file that shrinks under a running process (truncated, or
+//! rewritten in place as `cp` does: truncated to zero, then written again):
+//! every strategy returns an error naming the file and the offset, never
+//! dies by `SIGBUS`, and leaves the output untouched; once the file is
+//! whole again the same reader serves it again.
+
+mod fetch_fixture;
+
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use fetch_fixture::{bits, Fixture, Rng};
+use pleio::fetch::GatherError;
+use pleio::{sys, Error, ErrorKind, Strategy, Table};
+
+/// Output filler: a gather that fails must leave every float like this.
+const UNTOUCHED: f32 = -7.25;
+
+/// The file's bytes, to put back after a shrink.
+fn contents(fx: &Fixture) -> Vec<u8> {
+    std::fs::read(fx.file.path()).unwrap()
+}
+
+/// Shrinks the file to `len` bytes in place (`ftruncate`).
+fn shrink(fx: &Fixture, len: u64) {
+    fx.file.as_file().set_len(len).unwrap();
+}
+
+/// Puts the file back as it was, the way `cp` over it would: truncated to
+/// zero, then written again.
+fn restore(fx: &Fixture, bytes: &[u8]) {
+    let f = fx.file.as_file();
+    f.set_len(0).unwrap();
+    f.write_all_at(bytes, 0).unwrap();
+}
+
+/// True if `s` cannot be served with the file shrunk on this target: the
+/// mapped paths need the SIGBUS guard.
+fn unguarded(s: Strategy) -> bool {
+    !sys::SIGBUS_PROTECTED && (s.is_mapped() || s == Strategy::Auto)
+}
+
+/// Checks that `e` is a read failure naming the file and an offset; with
+/// `settled` (the file did not change since), that a mapped fault says the
+/// file shrank.
+fn check_error(fx: &Fixture, s: Strategy, e: &Error, settled: bool) {
+    assert_eq!(e.kind(), ErrorKind::Io, "{s}: {e:?}");
+    let inner = e.inner().downcast_ref::<GatherError>();
+    assert!(
+        matches!(
+            inner,
+            Some(GatherError::MappedRead { .. } | GatherError::Read { .. })
+        ),
+        "{s}: {e:?}"
+    );
+    let text = e.to_string();
+    let path = fx.file.path().display().to_string();
+    assert!(text.contains(&path), "{s}: {text}");
+    assert!(text.contains("offset"), "{s}: {text}");
+    assert_eq!(e.path(), Some(fx.file.path()), "{s}: {e:?}");
+    let offset = e
+        .offset()
+        .unwrap_or_else(|| panic!("{s}: no offset: {e:?}"));
+    if let Some(GatherError::MappedRead { row, file_len, .. }) = inner {
+        assert_eq!(e.row(), Some(*row), "{s}: {e:?}");
+        if settled {
+            // The byte that faulted lies past the file's new end.
+            assert!(file_len.is_some_and(|len| len <= offset), "{s}: {e:?}");
+            assert!(text.contains("shrank"), "{s}: {text}");
+        }
+    }
+}
+
+#[test]
+fn every_strategy_reports_a_shrunk_file_as_an_error() {
+    let fx = Fixture::qwen(3000, 4);
+    let t = fx.table.clone();
+    let n = t.rows();
+    let whole = contents(&fx);
+    // Cut inside row 1500: rows past it are gone, rows on pages before the
+    // cut's page are intact.
+    let cut = t.offset() + 1500 * t.row_bytes() + 7;
+    let page = sys::page_size();
+    let safe_rows: Vec<u64> = (0..n)
+        .filter(|r| (t.offset() + (r + 1) * t.row_bytes()) <= cut / page * page)
+        .step_by(97)
+        .collect();
+    assert!(safe_rows.len() > 3);
+    let want_safe = bits(&fx.reference(&safe_rows));
+    let rows = [0u64, n - 1, 10, 1500, 2000];
+    let want = bits(&fx.reference(&rows));
+    for &s in Strategy::ALL {
+        if unguarded(s) {
+            eprintln!("skipped {s}: no SIGBUS guard on this target");
+            continue;
+        }
+        // A fresh reader (nothing known resident) and one that has read
+        // every row before (auto maps them all).
+        for warm in [false, true] {
+            let reader: Table = fx.reader();
+            let mut out = vec![0f32; rows.len() * reader.row_elems()];
+            if warm {
+                reader.gather_with(s, &rows, &mut out).unwrap();
+                assert_eq!(bits(&out), want, "{s}");
+            }
+            shrink(&fx, cut);
+            out.fill(UNTOUCHED);
+            let e = reader.gather_with(s, &rows, &mut out).unwrap_err();
+            check_error(&fx, s, &e, true);
+            assert!(
+                out.iter().all(|&x| x == UNTOUCHED),
+                "{s} warm={warm}: output written on error"
+            );
+            // Rows before the cut are still served.
+            let mut part = vec![0f32; safe_rows.len() * reader.row_elems()];
+            reader.gather_with(s, &safe_rows, &mut part).unwrap();
+            assert_eq!(
+                bits(&part),
+                want_safe,
+                "{s} warm={warm}: rows before the cut"
+            );
+            // The file is put back: the same reader reads it again.
+            restore(&fx, &whole);
+            reader.gather_with(s, &rows, &mut out).unwrap();
+            assert_eq!(bits(&out), want, "{s} warm={warm}: after the restore");
+        }
+    }
+}
+
+#[test]
+fn shrinking_during_gathers_never_kills_and_never_tears_the_output() {
+    let fx = Fixture::qwen(60_000, 6);
+    let t = fx.table.clone();
+    let n = t.rows();
+    let whole = contents(&fx);
+    let strategies: Vec<Strategy> = Strategy::ALL
+        .iter()
+        .copied()
+        .filter(|&s| !unguarded(s))
+        .collect();
+    // Per worker: batches of random rows that always include the last row
+    // (past every cut below), so a gather on a shrunk file must fail.
+    let lists: Vec<(Vec<u64>, Vec<u32>)> = (0..8u64)
+        .map(|k| {
+            let mut rng = Rng::new(40 + k);
+            let mut rows: Vec<u64> = (0..400).map(|_| rng.below(n)).collect();
+            rows.push(n - 1);
+            let want = bits(&fx.reference(&rows));
+            (rows, want)
+        })
+        .collect();
+    // Phase, bumped by the main thread: odd = shrunk, even = whole.
+    let phase = AtomicU64::new(0);
+    let stop = AtomicU64::new(0);
+    // Per worker: the last phase in which it saw the outcome the phase
+    // forces (an error when shrunk, success when whole).
+    let seen: Vec<AtomicU64> = strategies
+        .iter()
+        .map(|_| AtomicU64::new(u64::MAX))
+        .collect();
+    let gathers = AtomicUsize::new(0);
+    std::thread::scope(|sc| {
+        for (w, &s) in strategies.iter().enumerate() {
+            let (rows, want) = &lists[w % lists.len()];
+            let (phase, stop, seen, gathers, fx) = (&phase, &stop, &seen, &gathers, &fx);
+            sc.spawn(move || {
+                let reader = fx.reader();
+                let mut out = vec![0f32; rows.len() * reader.row_elems()];
+                while stop.load(Ordering::Acquire) == 0 {
+                    let before = phase.load(Ordering::Acquire);
+                    out.fill(UNTOUCHED);
+                    let r = reader.gather_with(s, rows, &mut out);
+                    let after = phase.load(Ordering::Acquire);
+                    gathers.fetch_add(1, Ordering::Relaxed);
+                    match r {
+                        // Whatever the file did meanwhile, a success has
+                        // every row right.
+                        Ok(_) => {
+                            assert_eq!(&bits(&out), want, "{s}: torn output");
+                            if before == after && before % 2 == 0 {
+                                seen[w].store(before, Ordering::Release);
+                            }
+                        }
+                        Err(e) => {
+                            check_error(fx, s, &e, false);
+                            assert!(
+                                out.iter().all(|&x| x == UNTOUCHED),
+                                "{s}: output written on error"
+                            );
+                            if before == after && before % 2 == 1 {
+                                seen[w].store(before, Ordering::Release);
+                            }
+                        }
+                    }
+                }
+            });
+        }
+        let mut rng = Rng::new(99);
+        let wait_all = |p: u64| {
+            let t0 = Instant::now();
+            while seen.iter().any(|a| a.load(Ordering::Acquire) != p) {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(60),
+                    "phase {p}: some strategy never saw its outcome"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        for round in 0..6u64 {
+            // Shrink to somewhere in the table (the header stays).
+            let cut = t.offset() + rng.below(t.bytes() - t.row_bytes());
+            shrink(&fx, cut);
+            phase.store(2 * round + 1, Ordering::Release);
+            wait_all(2 * round + 1);
+            restore(&fx, &whole);
+            phase.store(2 * round + 2, Ordering::Release);
+            wait_all(2 * round + 2);
+        }
+        stop.store(1, Ordering::Release);
+    });
+    assert!(gathers.load(Ordering::Relaxed) >= 12 * strategies.len());
+}
+
+/// Set in the child process of [`a_sigbus_outside_pleio_still_kills`].
+const CHILD: &str = "PLEIO_TEST_SIGBUS_CHILD";
+
+/// The guard catches only its own copy: a `SIGBUS` anywhere else (here a
+/// read through an unguarded slice of the mapping) still kills the process,
+/// as it did before pleio installed its handler.
+#[test]
+fn a_sigbus_outside_pleio_still_kills() {
+    if !sys::SIGBUS_PROTECTED {
+        eprintln!("skipped: no SIGBUS guard on this target");
+        return;
+    }
+    if std::env::var_os(CHILD).is_some() {
+        // No core file from the expected crash.
+        let none = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: setrlimit only reads the struct.
+        unsafe { libc::setrlimit(libc::RLIMIT_CORE, &none) };
+        let fx = Fixture::qwen(3000, 4);
+        let reader = fx.reader();
+        let t = &fx.table;
+        let n = t.rows();
+        shrink(&fx, t.offset());
+        // The guard is installed and catches its own fault...
+        let mut out = vec![0f32; reader.row_elems()];
+        let e = reader
+            .gather_with(Strategy::Fault, &[n - 1], &mut out)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e.inner().downcast_ref::<GatherError>(),
+                Some(GatherError::MappedRead { .. })
+            ),
+            "{e:?}"
+        );
+        // ...but not this read.
+        let bytes = reader
+            .mapping()
+            .unwrap()
+            .bytes(t.offset() + (n - 1) * t.row_bytes(), t.row_bytes())
+            .unwrap();
+        let sum: u64 = bytes.iter().map(|&b| u64::from(b)).sum();
+        println!("survived a read past the end: {sum}");
+        std::process::exit(0);
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_sigbus_outside_pleio_still_kills",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGBUS),
+        "{:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
