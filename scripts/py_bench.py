@@ -135,7 +135,7 @@ COLD_CHILD = r"""
 import ctypes, json, os, sys, time
 import numpy as np
 import pleio
-table, n, batches, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+table, n, batches, seed, offset = sys.argv[1], *map(int, sys.argv[2:6])
 t = pleio.open(table)
 rng = np.random.default_rng(seed)
 out = np.empty((n, t.row_elems), np.float32)
@@ -152,9 +152,10 @@ page = os.sysconf("SC_PAGE_SIZE")
 addr = libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
 vec = np.zeros((size + page - 1) // page, np.uint8)
 def resident_pages():
+    # the table's pages only: the file's header stays mapped by the table
     if libc.mincore(ctypes.c_void_p(addr), size, vec.ctypes.data) != 0:
         sys.exit(f"mincore: errno {ctypes.get_errno()}")
-    return int((vec & 1).sum())
+    return int((vec[offset // page:] & 1).sum())
 def evict():
     # this process never maps the rows it reads cold (auto reads them with
     # io_uring), so dropping the file's page cache evicts them
@@ -179,6 +180,7 @@ print(json.dumps({"us": times}))
 
 def cold(table, cli, batches, repeats):
     """Mean us of cold 1792-row auto gathers: the CLI's bench, and Python."""
+    offset = json.loads(run([cli, "inspect", "--json", table]))["table"]["offset"]
     cli_means, py_means = [], []
     for r in range(repeats):
         report = Path(tempfile.mkdtemp()) / "bench.json"
@@ -189,7 +191,7 @@ def cold(table, cli, batches, repeats):
         report.parent.rmdir()
         arm = next(a for a in arms if a["strategy"] == "auto" and a["cold"] and a["rows"] == 1792)
         cli_means.append(arm["mean_us"])
-        got = json.loads(run([sys.executable, "-c", COLD_CHILD, table, 1792, batches, 200 + r]))
+        got = json.loads(run([sys.executable, "-c", COLD_CHILD, table, 1792, batches, 200 + r, offset]))
         py_means.append(statistics.mean(got["us"]))
     return statistics.mean(cli_means), statistics.mean(py_means), cli_means, py_means
 
