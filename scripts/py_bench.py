@@ -4,13 +4,15 @@
 1. call overhead: a warm 16-row gather through Python (`t.gather(ids,
    out=buf)` and `t.gather(ids)`) and through the C ABI (`pleio_gather`),
    against the same gather from Rust (`Table::gather`); same table, same
-   batches, each in its own process, median of per-round means.
+   batches, each in its own process, median of per-round means, best of
+   3 alternated runs.
    Targets: Python <= 1.5x Rust + 3 us; C <= 1.1x Rust.
 2. threads: warm 1792-row batches from one Table, 4 Python threads against
    1 (rows per second). Target: >= 1.7x.
 3. cold: 1792-row gathers with the table evicted before each (auto), from
    Python, against `pleio bench --strategies auto --cold evict` in the same
-   run. Target: within 5%.
+   run, alternated; like the bench, each batch is read by `fault` first,
+   evicted again, then timed with `auto`. Target: within 5%.
 
 Run it with the Python that has the package installed (scripts/py_test.sh
 makes one; the default below):
@@ -67,16 +69,14 @@ def median_of(js):
     return statistics.median(json.loads(js)["ns_per_gather"])
 
 
-def overhead(table, rust_exe, c_exe, rounds, batches):
-    """Median ns per warm 16-row gather from Rust, C, and Python."""
+def overhead(table, rust_exe, c_exe, rounds, batches, repeats=3):
+    """ns per warm 16-row gather from Rust, C, and Python (out= and new
+    arrays): each measured `repeats` times, alternated, the smallest median
+    kept (the machine is shared: the least disturbed run)."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         for b in batches:
             f.write(" ".join(map(str, b)) + "\n")
         ids_file = f.name
-    rust = median_of(run([rust_exe, table, ids_file, rounds]))
-    c = median_of(run([c_exe, table, ids_file, rounds]))
-    os.unlink(ids_file)
-
     t = pleio.open(table)
     arrays = [np.asarray(b, dtype=np.int64) for b in batches]
     out = np.empty((len(batches[0]), t.row_elems), np.float32)
@@ -93,9 +93,14 @@ def overhead(table, rust_exe, c_exe, rounds, batches):
             means.append((time.perf_counter_ns() - t0) / len(arrays))
         return statistics.median(means)
 
-    py_out = rounds_of(lambda a: t.gather(a, out=out))
-    py_new = rounds_of(lambda a: t.gather(a))
-    return rust, c, py_out, py_new
+    got = {"rust": [], "c": [], "python_out": [], "python_new": []}
+    for _ in range(repeats):
+        got["rust"].append(median_of(run([rust_exe, table, ids_file, rounds])))
+        got["c"].append(median_of(run([c_exe, table, ids_file, rounds])))
+        got["python_out"].append(rounds_of(lambda a: t.gather(a, out=out)))
+        got["python_new"].append(rounds_of(lambda a: t.gather(a)))
+    os.unlink(ids_file)
+    return {k: min(v) for k, v in got.items()}, got
 
 
 def throughput(table, threads, batches, seconds=3.0):
@@ -128,32 +133,54 @@ def throughput(table, threads, batches, seconds=3.0):
 
 
 COLD_CHILD = r"""
-import json, os, subprocess, sys, time
+import ctypes, json, os, sys, time
 import numpy as np
 import pleio
-table, cli, n, batches, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+table, n, batches, seed, offset = sys.argv[1], *map(int, sys.argv[2:6])
 t = pleio.open(table)
 rng = np.random.default_rng(seed)
 out = np.empty((n, t.row_elems), np.float32)
 fd = os.open(table, os.O_RDONLY)
 os.fsync(fd)
-def evict():
-    # this process never maps the rows it reads cold (auto reads them with
-    # io_uring), so dropping the file's page cache evicts them; checked
-    # with `pleio residency` (mincore on a fresh mapping)
-    for _ in range(50):
+# A second, never-touched mapping of the file to ask mincore what is
+# resident (the CLI's eviction checks the same way, in process).
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+size = os.fstat(fd).st_size
+page = os.sysconf("SC_PAGE_SIZE")
+addr = libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+vec = np.zeros((size + page - 1) // page, np.uint8)
+def resident_pages():
+    # the table's pages only: the file's header stays mapped by the table
+    if libc.mincore(ctypes.c_void_p(addr), size, vec.ctypes.data) != 0:
+        sys.exit(f"mincore: errno {ctypes.get_errno()}")
+    return int((vec[offset // page:] & 1).sum())
+def evict(limit):
+    # `t` never maps the rows it reads cold (auto reads them with io_uring),
+    # so dropping the file's page cache evicts them; only the pages `t`
+    # keeps mapped (the header's) stay
+    for _ in range(200):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        r = json.loads(subprocess.run([cli, "residency", table, "--json"], capture_output=True, text=True, check=True).stdout)
-        if r["resident_bytes"] <= 2 * 2**20:
+        left = resident_pages()
+        if left <= limit:
             t.forget_residency()
-            return
-        time.sleep(0.01)
-    sys.exit("cannot evict the table")
+            return left
+        time.sleep(0.005)
+    sys.exit(f"cannot evict the table: {left} pages stay resident")
+base = evict(2)
 t.gather(rng.integers(0, t.rows, 16))  # sets up the read backends
 times = []
 for _ in range(batches):
     ids = rng.integers(0, t.rows, n)
-    evict()
+    # as `pleio bench` does: each cold batch is first read by `fault` (its
+    # reference arm), evicted again, then read by `auto`
+    evict(base)
+    f = pleio.open(table, strategy="fault")
+    f.gather(ids)
+    del f  # unmapped, so its pages can be evicted
+    evict(base)
     t0 = time.perf_counter_ns()
     t.gather(ids, out=out)
     times.append((time.perf_counter_ns() - t0) / 1000)
@@ -163,6 +190,7 @@ print(json.dumps({"us": times}))
 
 def cold(table, cli, batches, repeats):
     """Mean us of cold 1792-row auto gathers: the CLI's bench, and Python."""
+    offset = json.loads(run([cli, "inspect", "--json", table]))["table"]["offset"]
     cli_means, py_means = [], []
     for r in range(repeats):
         report = Path(tempfile.mkdtemp()) / "bench.json"
@@ -173,7 +201,7 @@ def cold(table, cli, batches, repeats):
         report.parent.rmdir()
         arm = next(a for a in arms if a["strategy"] == "auto" and a["cold"] and a["rows"] == 1792)
         cli_means.append(arm["mean_us"])
-        got = json.loads(run([sys.executable, "-c", COLD_CHILD, table, cli, 1792, batches, 200 + r]))
+        got = json.loads(run([sys.executable, "-c", COLD_CHILD, table, 1792, batches, 200 + r, offset]))
         py_means.append(statistics.mean(got["us"]))
     return statistics.mean(cli_means), statistics.mean(py_means), cli_means, py_means
 
@@ -183,7 +211,7 @@ def main():
     ap.add_argument("--table", type=Path, help="a large qwen4exp table (default: one in the cache dir)")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--cold-batches", type=int, default=30)
-    ap.add_argument("--cold-repeats", type=int, default=2)
+    ap.add_argument("--cold-repeats", type=int, default=3)
     ap.add_argument("--parts", default="overhead,threads,cold",
                     help="comma-separated subset of overhead,threads,cold")
     ap.add_argument("--json", type=Path)
@@ -216,18 +244,22 @@ def main():
 
 def overhead_part(res, table, t, rng, rust_exe, c_exe, args):
     small = [rng.integers(0, t.rows, 16).tolist() for _ in range(64)]
-    rust, c, py_out, py_new = overhead(table, rust_exe, c_exe, args.rounds, small)
+    best, runs = overhead(table, rust_exe, c_exe, args.rounds, small)
+    rust, c, py_out, py_new = best["rust"], best["c"], best["python_out"], best["python_new"]
     budget = 1.5 * rust + 3000
-    print("\nwarm 16-row gather (median of per-round means, ns):")
-    print(f"  Rust  Table::gather             {rust:9.0f}")
-    print(f"  C     pleio_gather              {c:9.0f}   {c / rust:.3f}x Rust (target <= 1.1x)")
+    print("\nwarm 16-row gather, ns (median of per-round means; best of 3 alternated runs):")
+    print(f"  Rust  Table::gather             {rust:9.0f}   runs {[round(x) for x in runs['rust']]}")
+    print(f"  C     pleio_gather              {c:9.0f}   {c / rust:.3f}x Rust (target <= 1.1x)   "
+          f"runs {[round(x) for x in runs['c']]}")
     print(f"  Python t.gather(ids, out=buf)   {py_out:9.0f}   {py_out / rust:.3f}x Rust, "
-          f"+{(py_out - rust) / 1000:.2f} us (target <= 1.5x + 3 us = {budget:.0f} ns)")
+          f"+{(py_out - rust) / 1000:.2f} us (target <= 1.5x + 3 us = {budget:.0f} ns)   "
+          f"runs {[round(x) for x in runs['python_out']]}")
     print(f"  Python t.gather(ids)            {py_new:9.0f}   {py_new / rust:.3f}x Rust, "
-          f"+{(py_new - rust) / 1000:.2f} us")
+          f"+{(py_new - rust) / 1000:.2f} us   runs {[round(x) for x in runs['python_new']]}")
     res["overhead_ns"] = {"rust": rust, "c": c, "python_out": py_out, "python_new": py_new,
                           "c_ratio": c / rust, "python_out_ratio": py_out / rust,
-                          "python_new_ratio": py_new / rust, "python_budget_ns": budget}
+                          "python_new_ratio": py_new / rust, "python_budget_ns": budget,
+                          "runs": runs}
 
 
 def threads_part(res, table, t, rng):

@@ -102,6 +102,21 @@ class Builder:
     def arr(self, k: str, values, sub_type):
         self.w.add_key_value(self.key(k), list(values), self.gguf.GGUFValueType.ARRAY, sub_type=sub_type)
 
+    def basics(self, vocab: int, n_embd: int, n_layer: int, n_ff: int, n_head: int, n_head_kv: int, head_dim: int):
+        """The keys every tiny model has: dummy vocabulary (tokenizer "none"), sizes, heads."""
+        K = self.K
+        self.w.add_name(f"pleio tiny {self.arch}")
+        self.w.add_string("tokenizer.ggml.model", "none")
+        self.u32(K.LLM.VOCAB_SIZE, vocab)
+        self.u32(K.LLM.CONTEXT_LENGTH, 65536)
+        self.u32(K.LLM.EMBEDDING_LENGTH, n_embd)
+        self.u32(K.LLM.BLOCK_COUNT, n_layer)
+        self.u32(K.LLM.FEED_FORWARD_LENGTH, n_ff)
+        self.u32(K.Attention.HEAD_COUNT, n_head)
+        self.u32(K.Attention.HEAD_COUNT_KV, n_head_kv)
+        self.u32(K.Attention.KEY_LENGTH, head_dim)
+        self.u32(K.Attention.VALUE_LENGTH, head_dim)
+
     def name(self, t, bid=None, suffix="weight"):
         base = self.gguf.TENSOR_NAMES[t]
         base = base.format(bid=bid) if bid is not None else base
@@ -145,22 +160,12 @@ def qwen4exp(b: Builder, fields, width: int) -> str:
     n_embd = (ngram - 1) * per_gram * width  # llama.cpp: the flat gather of all heads is n_embd wide
     hc_dim = Q_HC * n_embd
 
-    b.w.add_name("pleio tiny qwen4exp")
-    b.w.add_string("tokenizer.ggml.model", "none")
-    b.u32(K.LLM.VOCAB_SIZE, Q_VOCAB)
-    b.u32(K.LLM.CONTEXT_LENGTH, 65536)
-    b.u32(K.LLM.EMBEDDING_LENGTH, n_embd)
-    b.u32(K.LLM.BLOCK_COUNT, Q_LAYERS)
-    b.u32(K.LLM.FEED_FORWARD_LENGTH, Q_N_FF_EXP)
+    b.basics(Q_VOCAB, n_embd, Q_LAYERS, Q_N_FF_EXP, Q_N_HEAD, Q_N_HEAD, Q_HEAD_DIM)
     b.u32(K.LLM.EXPERT_FEED_FORWARD_LENGTH, Q_N_FF_EXP)
     b.u32(K.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, Q_N_FF_SHEXP)
     b.u32(K.LLM.EXPERT_COUNT, Q_N_EXPERT)
     b.u32(K.LLM.EXPERT_USED_COUNT, Q_N_EXPERT_USED)
     b.u32(K.LLM.FULL_ATTENTION_INTERVAL, Q_FULL_ATTENTION_INTERVAL)
-    b.u32(K.Attention.HEAD_COUNT, Q_N_HEAD)
-    b.u32(K.Attention.HEAD_COUNT_KV, Q_N_HEAD)
-    b.u32(K.Attention.KEY_LENGTH, Q_HEAD_DIM)
-    b.u32(K.Attention.VALUE_LENGTH, Q_HEAD_DIM)
     b.f32(K.Attention.LAYERNORM_RMS_EPS, 1e-6)
     b.u32(K.Attention.Indexer.HEAD_COUNT, Q_IDX_HEADS)
     b.u32(K.Attention.Indexer.KEY_LENGTH, Q_HEAD_DIM)
@@ -188,7 +193,7 @@ def qwen4exp(b: Builder, fields, width: int) -> str:
     b.arr(K.PerLayerEmbedding.LAYERS, [Q_PLE_LAYER], V.UINT32)
     b.u32(K.PerLayerEmbedding.CONV_KERNEL, Q_PLE_CONV_KERNEL)
 
-    # token embedding, also the output head (tied): Q4_0 keeps it at 0.36 GB
+    # token embedding, also the output head (tied): Q4_0 keeps it at 341 MiB
     b.add_q4(b.name(MT.TOKEN_EMBD), (Q_VOCAB, n_embd), 1.0)
     b.add_near_one(b.name(MT.HC_HEAD_NORM), (Q_HC, n_embd))
     b.add_q4(b.name(MT.HC_HEAD_DOWN), (Q_HC_LOW_RANK, hc_dim), inv(hc_dim))
@@ -261,17 +266,7 @@ def gemma4(b: Builder, rows: int, width: int) -> str:
     if all(swa):
         sys.exit("write_model.py: gemma4 needs at least two layers (synth --layers 2)")
 
-    b.w.add_name("pleio tiny gemma4")
-    b.w.add_string("tokenizer.ggml.model", "none")
-    b.u32(K.LLM.VOCAB_SIZE, rows)
-    b.u32(K.LLM.CONTEXT_LENGTH, 65536)
-    b.u32(K.LLM.EMBEDDING_LENGTH, G_EMBD)
-    b.u32(K.LLM.BLOCK_COUNT, n_layer)
-    b.u32(K.LLM.FEED_FORWARD_LENGTH, G_N_FF)
-    b.u32(K.Attention.HEAD_COUNT, G_N_HEAD)
-    b.u32(K.Attention.HEAD_COUNT_KV, G_N_HEAD_KV)
-    b.u32(K.Attention.KEY_LENGTH, G_HEAD_DIM)
-    b.u32(K.Attention.VALUE_LENGTH, G_HEAD_DIM)
+    b.basics(rows, G_EMBD, n_layer, G_N_FF, G_N_HEAD, G_N_HEAD_KV, G_HEAD_DIM)
     b.u32(K.Attention.KEY_LENGTH_SWA, G_HEAD_DIM)
     b.u32(K.Attention.VALUE_LENGTH_SWA, G_HEAD_DIM)
     b.u32(K.Attention.SLIDING_WINDOW, G_SWA)
@@ -322,7 +317,10 @@ def main() -> int:
     gguf = import_gguf(args.llama_src)
     import numpy as np
 
-    reader = gguf.GGUFReader(args.table)
+    try:
+        reader = gguf.GGUFReader(args.table)
+    except (OSError, ValueError) as e:
+        sys.exit(f"write_model.py: cannot read {args.table} as GGUF: {e}")
     arch_field = reader.fields.get("general.architecture")
     arch = arch_field.contents() if arch_field else None
     table = next((t for t in reader.tensors if t.name == "per_layer_token_embd.weight"), None)

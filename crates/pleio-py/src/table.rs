@@ -320,31 +320,28 @@ impl Prefetch {
     /// float32 array of shape ``(len(ids), row_elems)``, or copies them into
     /// ``out`` (a writable C-contiguous float32 buffer of exactly that
     /// size) and returns ``out``. A prefetch is waited for once; a bad
-    /// ``out`` raises :class:`pleio.OutputError` and the batch is dropped.
+    /// ``out`` raises :class:`pleio.OutputError` before the batch is taken,
+    /// so it can still be waited for.
     #[pyo3(signature = (out=None))]
     fn wait<'py>(
         &self,
         py: Python<'py>,
         out: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        // `out` is checked before the batch is taken: a bad one leaves the
+        // prefetch waitable.
+        let need = self.rows.saturating_mul(self.row_elems);
+        let mut buf = out
+            .map(|o| OutBuf::borrow(o, Dtype::F32, need))
+            .transpose()?;
         let pending = self
             .pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
             .ok_or_else(|| PyValueError::new_err("this prefetch was already waited for"))?;
-        match out {
-            None => {
-                let done = py
-                    .detach(|| pending.wait())
-                    .map_err(pleio::Error::from)
-                    .py_err(py)?;
-                let arr = PyArray1::from_vec(py, done.data);
-                Ok(arr.reshape([self.rows, self.row_elems])?.into_any())
-            }
-            Some(o) => {
-                let need = self.rows.saturating_mul(self.row_elems);
-                let mut buf = OutBuf::borrow(o, Dtype::F32, need)?;
+        match (out, &mut buf) {
+            (Some(o), Some(buf)) => {
                 let Target::F32(dst) = buf.target()? else {
                     unreachable!("a float32 out is borrowed as floats")
                 };
@@ -352,6 +349,14 @@ impl Prefetch {
                     .map_err(pleio::Error::from)
                     .py_err(py)?;
                 Ok(o.clone())
+            }
+            _ => {
+                let done = py
+                    .detach(|| pending.wait())
+                    .map_err(pleio::Error::from)
+                    .py_err(py)?;
+                let arr = PyArray1::from_vec(py, done.data);
+                Ok(arr.reshape([self.rows, self.row_elems])?.into_any())
             }
         }
     }

@@ -29,6 +29,7 @@ def test_prefetch_wait(q, ids):
     with pytest.raises(pleio.OutputError):
         p.wait(out=bad)
     assert (bad == 2.0).all()
+    assert np.array_equal(p.wait(), ref)  # still waitable after a bad out
     # dropped unawaited: fine
     t.prefetch(ids)
     assert np.array_equal(t.prefetch(ids[:3]).wait(), ref[:3])

@@ -170,19 +170,23 @@ int main(int argc, char **argv) {
     }
 
     // Close while others gather: each call succeeds exactly or reports a
-    // closed handle; nothing crashes.
+    // closed handle; nothing crashes. Every thread gathers at least once
+    // before the close and runs until it sees the handle closed.
     {
-        std::atomic<bool> stop{false};
-        std::atomic<int> ok_calls{0}, closed_calls{0}, other{0};
+        std::atomic<int> ok_calls{0}, closed_calls{0}, other{0}, started{0};
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
         std::vector<std::thread> threads;
         for (unsigned i = 0; i < 4; i++)
             threads.emplace_back([&, i] {
                 std::vector<float> out(fx.row_elems);
                 int64_t id = i;
-                while (!stop.load()) {
+                bool first = true;
+                while (std::chrono::steady_clock::now() < give_up) {
                     int rc = pleio_gather(t, &id, 1, PLEIO_DTYPE_F32, out.data(), out.size() * 4, nullptr);
                     if (rc == PLEIO_OK) {
                         ++ok_calls;
+                        if (first) ++started;
+                        first = false;
                         if (std::memcmp(out.data(), fx.all.data() + id * fx.row_elems, fx.row_elems * 4) != 0)
                             ++other;
                     } else if (rc == PLEIO_ERR_HANDLE) {
@@ -194,15 +198,15 @@ int main(int argc, char **argv) {
                     }
                 }
             });
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        while (started < 4 && std::chrono::steady_clock::now() < give_up)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
         pleio_close(t);
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        stop = true;
         for (auto &th : threads) th.join();
         check(other == 0, "calls racing a close: " + std::to_string(other.load()) + " wrong");
-        check(ok_calls > 0 && closed_calls == 4,
-              "before the close " + std::to_string(ok_calls.load()) + " gathers, after it " +
-                  std::to_string(closed_calls.load()) + " threads saw PLEIO_ERR_HANDLE");
+        check(started == 4 && closed_calls == 4,
+              std::to_string(started.load()) + " threads gathered (" + std::to_string(ok_calls.load()) +
+                  " gathers) before the close, " + std::to_string(closed_calls.load()) +
+                  " saw PLEIO_ERR_HANDLE after it");
     }
 
     std::printf("capi_threads: %d passed, %d failed\n", passed.load(), failed.load());
