@@ -33,6 +33,7 @@ pub mod model;
 pub mod ngram;
 pub mod page_plan;
 pub mod quant;
+pub mod safetensors;
 #[allow(unsafe_code)] // the OS layer: every system call
 pub mod sys;
 #[cfg(feature = "tokenizer")]
