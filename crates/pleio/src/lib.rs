@@ -22,6 +22,7 @@
 mod error;
 mod output;
 
+pub mod checkpoint;
 pub mod fetch;
 pub mod gguf;
 pub mod io;

@@ -83,7 +83,8 @@ impl WeightIndex {
     /// Reads and parses an index file; errors name it.
     pub fn open(path: &Path) -> Result<WeightIndex, SafetensorsError> {
         let read = || -> Result<WeightIndex, SafetensorsError> {
-            let bytes = read_bounded(path, MAX_INDEX_LEN)?;
+            let bytes =
+                read_bounded(path, MAX_INDEX_LEN).map_err(|e| SafetensorsError::io(None, e))?;
             WeightIndex::parse(&bytes)
         };
         read().map_err(|e| e.in_file(path))
@@ -121,24 +122,18 @@ fn is_plain_relative(p: &str) -> bool {
     !p.is_empty() && path.components().all(|c| matches!(c, Component::Normal(_)))
 }
 
-/// Reads a whole file of at most `max` bytes (errors unwrapped: the caller
-/// names the file).
-pub(crate) fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, SafetensorsError> {
+/// Reads a whole file of at most `max` bytes; a longer file is an
+/// `InvalidData` error.
+pub(crate) fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    let io = |e| SafetensorsError::io(None, e);
-    let f = std::fs::File::open(path).map_err(io)?;
-    let len = f.metadata().map_err(io)?.len();
-    if len > max {
-        return Err(SafetensorsError::BadIndex {
-            message: format!("{len} bytes, more than the {max} allowed"),
-        });
-    }
-    let mut buf = Vec::with_capacity(len as usize);
-    f.take(max + 1).read_to_end(&mut buf).map_err(io)?;
+    let f = std::fs::File::open(path)?;
+    let mut buf = Vec::new();
+    f.take(max + 1).read_to_end(&mut buf)?;
     if buf.len() as u64 > max {
-        return Err(SafetensorsError::BadIndex {
-            message: format!("more than the {max} bytes allowed"),
-        });
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("more than the {max} bytes allowed"),
+        ));
     }
     Ok(buf)
 }

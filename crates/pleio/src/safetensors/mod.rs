@@ -25,6 +25,7 @@ mod index;
 mod writer;
 
 pub use header::{SafetensorsFile, TensorInfo};
+pub(crate) use index::read_bounded;
 pub use index::{WeightIndex, INDEX_FILE_NAME, MAX_INDEX_LEN};
 pub use writer::SafetensorsWriter;
 
@@ -381,8 +382,9 @@ impl SafetensorsError {
         }
     }
 
-    /// Wraps a file-less error with the file's path.
-    pub(crate) fn in_file(self, path: &Path) -> SafetensorsError {
+    /// Wraps a file-less error with the file's path (errors that already
+    /// name a file are returned as they are).
+    pub fn in_file(self, path: &Path) -> SafetensorsError {
         match self {
             SafetensorsError::Io { path: None, source } => SafetensorsError::Io {
                 path: Some(path.to_path_buf()),
