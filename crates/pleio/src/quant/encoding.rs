@@ -295,8 +295,11 @@ pub struct EncodingDecoder {
     lut: Option<Box<[f32; 256]>>,
     /// FP8 per tensor, with AVX-512 VBMI: the bfloat16 bits of `lut`, as
     /// low and high byte tables.
-    bf16_lut: Option<(Vbmi, Box<([u8; 256], [u8; 256])>)>,
+    bf16_lut: Option<(Vbmi, Box<ByteTables>)>,
 }
+
+/// The low and high bytes of 256 16-bit table entries.
+type ByteTables = ([u8; 256], [u8; 256]);
 
 impl std::fmt::Debug for EncodingDecoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

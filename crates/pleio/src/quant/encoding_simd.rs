@@ -101,9 +101,10 @@ pub(super) struct Vbmi {
 }
 
 impl Vbmi {
-    /// The byte-table kernels, if the CPU has AVX-512 F, BW and VBMI.
+    /// The byte-table kernels, if built with the `avx512` feature and the
+    /// CPU has AVX-512 F, BW and VBMI.
     pub(super) fn detect() -> Option<Vbmi> {
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
         {
             if std::arch::is_x86_feature_detected!("avx512f")
                 && std::arch::is_x86_feature_detected!("avx512bw")
@@ -120,21 +121,25 @@ impl Vbmi {
     /// lookup, 64 codes per step (`vpermi2b` on two 128-byte halves,
     /// chosen by the code's top bit).
     pub(super) fn lookup16(self, lo: &[u8; 256], hi: &[u8; 256], q: &[u8], dst: &mut [u16]) {
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
         {
             // SAFETY: a `Vbmi` token exists only after AVX-512 F, BW and
             // VBMI were detected.
             unsafe { avx512::lookup16(lo, hi, q, dst) }
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(not(all(target_arch = "x86_64", feature = "avx512")))]
         {
             let _ = (lo, hi, q, dst);
-            unreachable!("no Vbmi token off x86_64")
+            unreachable!("no Vbmi token without the avx512 feature on x86_64")
         }
     }
 }
 
-#[cfg(target_arch = "x86_64")]
+// The AVX-512 intrinsics are stable from Rust 1.89: the opt-in `avx512`
+// feature raises the MSRV to that (the default build keeps the
+// workspace's).
+#[cfg(all(target_arch = "x86_64", feature = "avx512"))]
+#[allow(clippy::incompatible_msrv)]
 mod avx512 {
     use std::arch::x86_64::*;
 
@@ -514,8 +519,8 @@ mod avx2 {
             // canonical NaN.
             store16::<O, true>(out, i, _mm256_mul_ps(lo, sv), _mm256_mul_ps(hi, sv));
         }
-        for i in n16..n {
-            store_canon(out, i, e4m3_to_f32(q[i]) * s);
+        for (i, &c) in q.iter().enumerate().take(n).skip(n16) {
+            store_canon(out, i, e4m3_to_f32(c) * s);
         }
     }
 
