@@ -85,6 +85,14 @@ impl CkptEncoding {
         .find(|e| e.name() == s)
     }
 
+    /// Bytes of one qwen4exp row (all parts).
+    pub fn row_bytes(self) -> u64 {
+        self.parts(QWEN_ROW_ELEMS)
+            .iter()
+            .map(|&(_, d, w)| w * d.size().unwrap_or(1))
+            .sum()
+    }
+
     /// (field, dtype, width) of each per-shard tensor, for rows of `n`.
     fn parts(self, n: u64) -> Vec<(&'static str, Dtype, u64)> {
         match self {

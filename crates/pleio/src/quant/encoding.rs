@@ -663,6 +663,30 @@ mod tests {
     }
 
     #[test]
+    fn fp8_times_bf16_scale_is_exact_so_bf16_rounds_once() {
+        // Every code times every finite bf16 scale of moderate exponent:
+        // the f32 product equals the exact (f64) product, so bf16(y) is
+        // the engines' bf16(f32(e4m3) * f32(scale)) rounded once.
+        for s_bits in (0x0080u16..0x7F00).step_by(7) {
+            let s = bf16_to_f32(s_bits);
+            for c in 0..=255u8 {
+                let e = e4m3_to_f32(c);
+                if e.is_nan() {
+                    continue;
+                }
+                let y = e * s;
+                if y.is_finite() && (y == 0.0 || y.abs() >= f32::MIN_POSITIVE) {
+                    assert_eq!(
+                        f64::from(y),
+                        f64::from(e) * f64::from(s),
+                        "{c:#04x} {s_bits:#06x}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn formulas_by_hand() {
         // FP8: 0x38 = 1.0, 0xC0 = -2.0, 0x7F NaN, 0x80 = -0.0, 0x01 = 2^-9.
         let d = EncodingDecoder::new(Encoding::Fp8(Fp8Scale::PerTensor(0.5)), 16).unwrap();
