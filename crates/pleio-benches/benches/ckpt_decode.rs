@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use pleio::quant::encoding::{Encoding, EncodingDecoder, Fp8Scale, ScaleType};
-use pleio_lab::random::BlockRng;
+use pleio_lab::random::Rng;
 use pleio_lab::synth_ckpt::{fill_part, CkptEncoding, NVFP4_GLOBAL};
 
 const ROWS: usize = 8192;
@@ -59,7 +59,7 @@ impl Batch {
             .enumerate()
             .map(|(p, &len)| {
                 let mut v = vec![0u8; ROWS * len];
-                fill_part(synth, p, &mut BlockRng::new(p as u64 + 1), &mut v);
+                fill_part(synth, p, &mut Rng::new(p as u64 + 1), &mut v);
                 v
             })
             .collect();

@@ -20,7 +20,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::random::BlockRng;
+use crate::random::Rng;
 use pleio::checkpoint::{config::DEFAULT_SEED, ConfigError, NgramConfig, CONFIG_FILE_NAME};
 use pleio::ngram::released::{
     QwenHeads, QWEN_EOS, QWEN_FULL_ROWS, QWEN_HEADS_PER_NGRAM, QWEN_IMAGE, QWEN_NGRAM_SIZE,
@@ -258,7 +258,7 @@ const CHUNK_BYTES: usize = 8 << 20;
 /// exponent lose its lowest bit (finite); E4M3 NaN codes become the largest
 /// finite of their sign; block scales and MLX scales are positive finite
 /// E4M3 / BF16 in `[2^-10, 2^0)`; MLX biases the same with a random sign.
-pub fn fill_part(enc: CkptEncoding, part: usize, rng: &mut BlockRng, out: &mut [u8]) {
+pub fn fill_part(enc: CkptEncoding, part: usize, rng: &mut Rng, out: &mut [u8]) {
     rng.fill_bytes(out);
     let bf16_finite = |out: &mut [u8]| {
         for h in out.chunks_exact_mut(2) {
@@ -305,10 +305,10 @@ pub fn fill_part(enc: CkptEncoding, part: usize, rng: &mut BlockRng, out: &mut [
 }
 
 /// The rng of part `part` of shard `shard`.
-pub fn part_rng(seed: u64, shard: usize, part: usize) -> BlockRng {
-    let mut r = BlockRng::new(seed ^ (shard as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+pub fn part_rng(seed: u64, shard: usize, part: usize) -> Rng {
+    let mut r = Rng::new(seed ^ (shard as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let skip = r.next_u64();
-    BlockRng::new(skip ^ (part as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03))
+    Rng::new(skip ^ (part as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03))
 }
 
 /// One tensor to write: name, dtype, shape, and where its bytes come from.
@@ -418,7 +418,7 @@ fn plan(spec: &CkptSpec, layout: &CkptLayout) -> Result<Vec<Vec<Planned>>, Synth
     let n = QWEN_ROW_ELEMS;
     let mut files: Vec<Vec<Planned>> = (0..spec.files).map(|_| Vec::new()).collect();
     let mut filler = 0usize;
-    let mut unrelated = |files: &mut Vec<Planned>, rng: &mut BlockRng| {
+    let mut unrelated = |files: &mut Vec<Planned>, rng: &mut Rng| {
         // Odd byte counts, so later tensors start at unaligned offsets.
         let (rows, cols) = (3 + filler as u64 % 5, 7 + filler as u64 % 11);
         let mut bytes = vec![0u8; (rows * cols * 2) as usize];
@@ -426,7 +426,7 @@ fn plan(spec: &CkptSpec, layout: &CkptLayout) -> Result<Vec<Vec<Planned>>, Synth
         fill_part(
             CkptEncoding::Bf16,
             0,
-            &mut BlockRng::new(filler as u64),
+            &mut Rng::new(filler as u64),
             &mut bytes,
         );
         let names = ["key_proj.weight", "norm_key.weight", "conv1d.weight"];
@@ -442,7 +442,7 @@ fn plan(spec: &CkptSpec, layout: &CkptLayout) -> Result<Vec<Vec<Planned>>, Synth
         });
         filler += 1;
     };
-    let mut rng = BlockRng::new(spec.seed ^ 0x5EED);
+    let mut rng = Rng::new(spec.seed ^ 0x5EED);
     for i in 0..spec.shards {
         let f = i * spec.files / spec.shards;
         if i % 3 == 0 || files[f].is_empty() {

@@ -534,11 +534,11 @@ mod tests {
 
     /// A small LCG: random test bytes (the lab's generators are not
     /// available to the engine's unit tests).
-    struct BlockRng(u64);
+    struct Rng(u64);
 
-    impl BlockRng {
+    impl Rng {
         fn new(seed: u64) -> Self {
-            BlockRng(seed)
+            Rng(seed)
         }
 
         fn fill_bytes(&mut self, out: &mut [u8]) {
@@ -580,7 +580,7 @@ mod tests {
         assert_eq!(e4m3_to_f32(0x08), 2f32.powi(-6));
     }
 
-    fn random_parts(enc: Encoding, n: usize, rng: &mut BlockRng) -> Vec<Vec<u8>> {
+    fn random_parts(enc: Encoding, n: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
         let sizes = enc.part_bytes(n).unwrap();
         sizes
             .as_slice()
@@ -626,7 +626,7 @@ mod tests {
 
     #[test]
     fn fast_equals_scalar_on_random_rows() {
-        let mut rng = BlockRng::new(7);
+        let mut rng = Rng::new(7);
         for enc in encodings() {
             for n in [160usize, 32, 2560, 4096 + 64, 1, 63, 65, 129, 200] {
                 if enc.part_bytes(n).is_err() {
