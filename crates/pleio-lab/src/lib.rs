@@ -14,5 +14,4 @@ pub mod random;
 pub mod replay;
 pub mod residency;
 pub mod synth;
-pub mod synth_ckpt;
 pub mod units;

@@ -326,8 +326,7 @@ pub mod released {
         true
     }
 
-    /// Primes from `start` up, by trial division.
-    pub(crate) fn primes_from(start: u64) -> impl Iterator<Item = u64> {
+    fn primes_from(start: u64) -> impl Iterator<Item = u64> {
         (start..).filter(|&n| is_prime(n))
     }
 
