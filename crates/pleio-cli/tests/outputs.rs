@@ -182,12 +182,7 @@ fn race(writers: Vec<Vec<String>>) -> Vec<(Option<i32>, String)> {
 /// after another has landed (a loaded machine runs them one after another)
 /// legitimately replaces that file, so more than one may succeed in turn;
 /// the last one's file is the one there.
-fn one_winner(
-    results: &[(Option<i32>, String)],
-    expected: &[Vec<u8>],
-    landed: &[u8],
-    force: bool,
-) {
+fn one_winner(results: &[(Option<i32>, String)], expected: &[Vec<u8>], landed: &[u8], force: bool) {
     let winners: Vec<usize> = (0..results.len())
         .filter(|&i| results[i].0 == Some(0))
         .collect();
