@@ -22,6 +22,7 @@
 mod error;
 mod output;
 
+pub mod cache;
 pub mod fetch;
 pub mod gguf;
 pub mod io;
@@ -38,6 +39,7 @@ pub mod sys;
 #[cfg(feature = "tokenizer")]
 pub mod tokenizer;
 
+pub use cache::CachePolicy;
 pub use error::{Error, ErrorKind, Result};
 pub use fetch::{GatherStats, Strategy, Table};
 pub use layout::Layout;
