@@ -7,8 +7,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::ValueEnum;
 use pleio::fetch::{GatherStats, Strategy, Table};
-use pleio::layout::Layout;
 use pleio::model::Model;
+use pleio::CachePolicy;
 use serde_json::json;
 
 use crate::output::write_atomic;
@@ -47,6 +47,12 @@ pub struct Args {
     /// How row bytes are brought in.
     #[arg(long, default_value = "auto")]
     strategy: Strategy,
+    /// Row cache budget of the `cached` strategy (e.g. 256M).
+    #[arg(long, value_name = "SIZE", value_parser = pleio_lab::units::parse_quantity_arg)]
+    budget: Option<u64>,
+    /// Eviction policy of the row cache (lru, clock, sieve, s3-fifo).
+    #[arg(long, value_name = "POLICY")]
+    cache_policy: Option<CachePolicy>,
     /// Output format.
     #[arg(long, value_enum, default_value = "raw")]
     format: Format,
@@ -92,9 +98,15 @@ pub fn run(a: Args) -> Result<()> {
         None => a.rows.clone(),
     };
     let model = Arc::new(Model::open(&a.file)?);
-    let reader = Table::of_tensor_or_ple(model, a.tensor.as_deref())
+    let mut reader = Table::of_tensor_or_ple(model, a.tensor.as_deref())
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?
         .with_detailed_stats(a.stats || a.json);
+    if let Some(b) = a.budget {
+        reader = reader.with_budget(b)?;
+    }
+    if let Some(p) = a.cache_policy {
+        reader = reader.with_cache_policy(p);
+    }
     let elems = reader.row_elems();
     let mut out = vec![0f32; rows.len() * elems];
     // Every id is checked before any output is created.
@@ -112,13 +124,14 @@ pub fn run(a: Args) -> Result<()> {
         Ok(())
     })?;
     if a.stats || a.json {
-        print_stats(&a, reader.layout(), &stats);
+        print_stats(&a, &reader, &stats);
     }
     Ok(())
 }
 
 /// Prints what the gather did: one JSON object with `--json`, else lines.
-fn print_stats(a: &Args, table: &Layout, stats: &GatherStats) {
+fn print_stats(a: &Args, reader: &Table, stats: &GatherStats) {
+    let table = reader.layout();
     if a.json {
         let j = json!({
             "strategy": a.strategy.name(),
@@ -137,6 +150,11 @@ fn print_stats(a: &Args, table: &Layout, stats: &GatherStats) {
             "backend": stats.backend,
             "fallback": stats.fallback,
             "rearmed": stats.rearmed,
+            "cache_hits": stats.cache_hits,
+            "cache_misses": stats.cache_misses,
+            "cache_evictions": stats.cache_evictions,
+            "cache_bytes": stats.cache_bytes,
+            "cache_budget": (a.strategy == Strategy::Cached).then(|| reader.cache_budget()),
             "output": a.output.display().to_string(),
         });
         println!("{j}");
@@ -173,6 +191,16 @@ fn print_stats(a: &Args, table: &Layout, stats: &GatherStats) {
     );
     if stats.rearmed {
         println!("  rearmed          yes (auto found pages evicted behind its back)");
+    }
+    if a.strategy == Strategy::Cached {
+        println!(
+            "  row cache        {} hits, {} misses (read from the device), {} evictions, {} of {} budget held",
+            stats.cache_hits,
+            stats.cache_misses,
+            stats.cache_evictions,
+            stats.cache_bytes.map_or_else(|| "n/a".into(), crate::output::human_bytes),
+            crate::output::human_bytes(reader.cache_budget())
+        );
     }
 }
 

@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use pleio::fetch::Strategy;
 use pleio::layout::Layout;
 use pleio::model::Model;
+use pleio::CachePolicy;
 use pleio_lab::bench::Machine;
 use pleio_lab::replay::{
     Eviction, Latency, PhaseReport, ReplayConfig, ReplayReport, Replayer, UbatchReport,
@@ -62,6 +63,18 @@ pub struct Args {
     /// Seed of the decode tokens drawn when the stream runs out.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Replay the stream this many times in one process, reporting each
+    /// pass. With --cold only the first pass starts cold: the table is
+    /// evicted (and the row cache emptied) once, before its prefill.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    passes: u64,
+    /// Row cache budget of the `cached` strategy (e.g. 256M): slots,
+    /// bookkeeping and read staging together stay within it.
+    #[arg(long, value_name = "SIZE", value_parser = pleio_lab::units::parse_quantity_arg)]
+    budget: Option<u64>,
+    /// Eviction policy of the row cache (lru, clock, sieve, s3-fifo).
+    #[arg(long, value_name = "POLICY")]
+    cache_policy: Option<CachePolicy>,
     /// Print one JSON object (the `pleio-report/1` schema).
     #[arg(long)]
     json: bool,
@@ -85,7 +98,9 @@ pub fn run(a: Args) -> Result<()> {
     let name = a.file.display().to_string();
     let model = Arc::new(Model::open(&a.file)?);
     let table = Layout::of_ple(&model).with_context(|| name.clone())?;
-    let replayer = Replayer::new(model, table).with_context(|| name.clone())?;
+    let replayer = Replayer::new(model, table)
+        .and_then(|r| r.with_cache(a.budget, a.cache_policy))
+        .with_context(|| name.clone())?;
     let tokens = a.input.load(replayer.mapper())?;
     let cfg = ReplayConfig {
         ubatch: a.ubatch,
@@ -96,14 +111,33 @@ pub fn run(a: Args) -> Result<()> {
         lookahead: a.lookahead,
         compute: Duration::from_secs_f64(a.compute_ms / 1e3),
         seed: a.seed,
+        passes: a.passes as usize,
     };
     let plan = replayer.plan(&tokens, &cfg).with_context(|| name.clone())?;
-    let rep = replayer.run(&plan, &cfg).with_context(|| name.clone())?;
-    let j = to_json(&a, &replayer, tokens.len(), &rep);
+    let reps = replayer
+        .run_passes(&plan, &cfg)
+        .with_context(|| name.clone())?;
+    if let Some(r) = reps.iter().find(|r| r.checksum != reps[0].checksum) {
+        bail!(
+            "pass {} gathered different floats than pass 1 (checksum {:016x} vs {:016x})",
+            r.pass,
+            r.checksum,
+            reps[0].checksum
+        );
+    }
+    let j = to_json(&a, &replayer, tokens.len(), &reps);
     if a.json {
         println!("{j}");
     } else {
-        print_text(&a, &replayer, tokens.len(), &rep);
+        for (k, rep) in reps.iter().enumerate() {
+            if k > 0 {
+                println!();
+            }
+            print_text(&a, &replayer, tokens.len(), rep);
+        }
+        if reps.len() > 1 {
+            print_passes(&reps);
+        }
     }
     plot(&a, &j)
 }
@@ -154,7 +188,7 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
         println!("{j}");
     } else {
         println!("{}", run.summary());
-        if let Some(r) = j["replays"].get(0) {
+        for r in j["replays"].as_array().into_iter().flatten() {
             let f = |v: &Json| {
                 v.as_f64()
                     .map_or_else(|| "n/a".into(), |x| format!("{x:.0}"))
@@ -164,7 +198,8 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
                     .map_or_else(|| "n/a".into(), |x| format!("{x:.3}"))
             };
             println!(
-                "prefill {} tokens/s (ubatch gather p99 {} ms), decode {} tokens/s (step p99 {} ms), peak RSS {}",
+                "pass {}: prefill {} tokens/s (ubatch gather p99 {} ms), decode {} tokens/s (step p99 {} ms), peak RSS {}",
+                r["pass"],
                 f(&r["prefill"]["tokens_per_s"]),
                 p99(&r["prefill"]["latency_ms"]["p99"]),
                 f(&r["decode"]["tokens_per_s"]),
@@ -207,6 +242,11 @@ fn phase_json(p: &PhaseReport) -> Json {
         "latency_ms": latency_json(p.latency),
         "read_bytes": p.read_bytes,
         "process_major_faults": p.process_major_faults,
+        "gather_read_bytes": p.gathers.read_bytes,
+        "read_requests": p.gathers.read_requests,
+        "cache_hits": p.gathers.cache_hits,
+        "cache_misses": p.gathers.cache_misses,
+        "cache_evictions": p.gathers.cache_evictions,
     })
 }
 
@@ -237,17 +277,26 @@ fn sum_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     Some(a? + b?)
 }
 
-fn to_json(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) -> Json {
+fn to_json(a: &Args, r: &Replayer, stream: usize, reps: &[ReplayReport]) -> Json {
     let t = r.reader().layout();
+    let mut j = report::envelope("replay", &Machine::detect(), &a.file, t);
+    j["replays"] = reps
+        .iter()
+        .map(|rep| replay_json(a, r, stream, rep))
+        .collect();
+    j
+}
+
+fn replay_json(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) -> Json {
     let mut decode = phase_json(&rep.decode);
     decode["drawn_tokens"] = json!(rep.drawn);
-    let mut j = report::envelope("replay", &Machine::detect(), &a.file, t);
-    j["replays"] = json!([{
+    json!({
         "architecture": r.mapper().architecture(),
+        "pass": rep.pass,
         "strategy": rep.strategy.name(),
         "lookahead": rep.lookahead,
         "compute_ms": ms(rep.compute),
-        "cold": a.cold,
+        "cold": !rep.evictions.is_empty(),
         "ubatch": rep.ubatch,
         "seed": a.seed,
         "stream_tokens": stream,
@@ -265,8 +314,47 @@ fn to_json(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) -> Json {
             "worker_rows": c.worker_rows,
             "cancelled": c.cancelled,
         })),
-    }]);
-    j
+        "cache": rep.cache_config.map(|(budget, policy)| json!({
+            "budget_bytes": budget,
+            "policy": policy.name(),
+            "capacity_rows": rep.cache.map(|c| c.capacity),
+            "resident_rows": rep.cache.map(|c| c.rows),
+            "resident_bytes": rep.cache.map(|c| c.resident_bytes),
+            "evictions_total": rep.cache.map(|c| c.evictions),
+        })),
+    })
+}
+
+/// One line per pass: prefill and decode tokens/s, and each pass's
+/// prefill rate over the first's.
+fn print_passes(reps: &[ReplayReport]) {
+    println!();
+    println!(
+        "| pass | prefill tokens/s | vs pass 1 | decode tokens/s | device reads | cache hit rate |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    let first = reps[0].prefill.tokens_per_s();
+    for r in reps {
+        let p = r.prefill.tokens_per_s();
+        let g = &r.prefill.gathers;
+        let lookups = g.cache_hits + g.cache_misses;
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            r.pass,
+            p.map_or_else(|| "n/a".into(), |x| format!("{x:.0}")),
+            p.zip(first)
+                .map_or_else(|| "n/a".into(), |(x, f)| format!("{:.2}x", x / f)),
+            r.decode
+                .tokens_per_s()
+                .map_or_else(|| "n/a".into(), |x| format!("{x:.0}")),
+            opt_bytes(sum_opt(r.prefill.read_bytes, r.decode.read_bytes)),
+            if lookups > 0 {
+                format!("{:.1}%", 100.0 * g.cache_hits as f64 / lookups as f64)
+            } else {
+                "-".into()
+            },
+        );
+    }
 }
 
 fn opt_bytes(b: Option<u64>) -> String {
@@ -319,15 +407,20 @@ fn print_text(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) {
         r.mapper().rows_per_token(),
         r.mapper().architecture()
     );
-    let mut how = format!("strategy {}", rep.strategy);
+    let mut how = format!("pass {}: strategy {}", rep.pass, rep.strategy);
+    if let Some((budget, policy)) = rep.cache_config {
+        how += &format!(", row cache {} {}", human_bytes(budget), policy);
+    }
     if rep.lookahead {
         how += ", lookahead";
     }
     if !rep.compute.is_zero() {
         how += &format!(", compute {:.1} ms/ubatch", ms(rep.compute));
     }
-    if a.cold {
-        how += ", cold (table evicted before prefill and decode)";
+    match rep.evictions.len() {
+        0 => {}
+        1 => how += ", cold (table evicted before the prefill)",
+        _ => how += ", cold (table evicted before prefill and decode)",
     }
     println!("{how}");
     println!(
@@ -366,6 +459,30 @@ fn print_text(a: &Args, r: &Replayer, stream: usize, rep: &ReplayReport) {
         d.reused_rows,
         d.rows
     );
+    for (phase, g) in [
+        ("prefill", &rep.prefill.gathers),
+        ("decode", &rep.decode.gathers),
+    ] {
+        if g.cache_hits + g.cache_misses > 0 {
+            println!(
+                "{phase:<8} row cache: {} hits, {} misses, {} evictions, {} read by the gathers",
+                g.cache_hits,
+                g.cache_misses,
+                g.cache_evictions,
+                human_bytes(g.read_bytes)
+            );
+        }
+    }
+    if let Some(c) = rep.cache {
+        println!(
+            "row cache holds {} rows ({} of {} budget, capacity {} rows), {} evictions so far",
+            c.rows,
+            human_bytes(c.resident_bytes),
+            human_bytes(c.budget),
+            c.capacity,
+            c.evictions
+        );
+    }
     if let Some(c) = rep.lookahead_counters {
         println!(
             "lookahead: {} prefetches, {} gathered by the worker ({} rows)",
