@@ -62,6 +62,10 @@ pub struct Args {
     /// Strategies to compare (fault is always included).
     #[arg(long, value_delimiter = ',')]
     strategies: Option<Vec<Strategy>>,
+    /// Memory budget of the `cached` strategy's row cache (its row slots,
+    /// bookkeeping and read staging together).
+    #[arg(long, default_value = "64M", value_parser = pleio_lab::units::parse_quantity_arg)]
+    budget: u64,
     /// Also write everything as JSON to this file (the bench/replay schema).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -148,7 +152,9 @@ pub fn run(a: Args) -> Result<()> {
 
     // 1. Cold gathers of one decode token (16 rows) and a 1792-row batch.
     let report = {
-        let bench = Bench::open(&path, None).with_context(|| path.display().to_string())?;
+        let bench = Bench::open(&path, None)
+            .and_then(|b| b.with_cache_budget(a.budget))
+            .with_context(|| path.display().to_string())?;
         let cfg = BenchConfig {
             rows: vec![16, 1792],
             strategies: strategies.clone(),
@@ -179,7 +185,7 @@ pub fn run(a: Args) -> Result<()> {
     for st in report_strategies(&report) {
         let model = Arc::new(Model::open(&path)?);
         let table = Layout::of_ple(&model)?;
-        let replayer = Replayer::new(model, table)?;
+        let replayer = Replayer::new(model, table)?.with_cache(Some(a.budget), None)?;
         let run = |cold: bool| -> Result<ReplayReport> {
             pb.set_message(format!("{} {}", if cold { "cold" } else { "warm" }, st));
             let cfg = ReplayConfig {
@@ -224,7 +230,7 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
 
-    print_summary(&path, &report, &replays);
+    print_summary(&path, &report, &replays, a.budget);
     let latency_svg = dir.join("demo-latency.svg");
     let ubatch_svg = dir.join("demo-ubatches.svg");
     charts(&report, &replays, &latency_svg, &ubatch_svg)?;
@@ -234,7 +240,7 @@ pub fn run(a: Args) -> Result<()> {
         ubatch_svg.display()
     );
     if let Some(out) = &a.json {
-        let j = to_json(&path, &report, &replays);
+        let j = to_json(&path, &report, &replays, a.budget);
         write_atomic(out, true, |w| {
             serde_json::to_writer_pretty(&mut *w, &j)?;
             writeln!(w)
@@ -286,7 +292,7 @@ fn rate(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{v:.0}"))
 }
 
-fn print_summary(path: &Path, report: &Report, replays: &[Replays]) {
+fn print_summary(path: &Path, report: &Report, replays: &[Replays], budget: u64) {
     let t = &report.table;
     println!(
         "pleio demo: {} ({} rows of {} bytes, {} {}), page cache evicted before every cold run",
@@ -321,10 +327,18 @@ fn print_summary(path: &Path, report: &Report, replays: &[Replays]) {
     );
     for r in replays {
         let name = r.strategy.name();
+        let label = if r.strategy == Strategy::Cached {
+            format!(
+                "cached {}",
+                human_bytes(budget).replace(".00", "").replace(' ', "")
+            )
+        } else {
+            name.to_string()
+        };
         let read = r.cold.prefill.read_bytes.zip(r.cold.decode.read_bytes);
         println!(
             "{:<13} {:>13} {:>13} {:>12} {:>12} {:>12} {:>12} {:>11} {:>10}",
-            name,
+            label,
             rate(tps(&r.cold, true)),
             rate(tps(&r.warm, true)),
             rate(tps(&r.cold, false)),
@@ -430,7 +444,7 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-fn to_json(path: &Path, report: &Report, replays: &[Replays]) -> Json {
+fn to_json(path: &Path, report: &Report, replays: &[Replays], budget: u64) -> Json {
     let mut j = super::bench::to_json(report);
     j["command"] = json!("demo");
     j["file"]["path"] = json!(path.display().to_string());
@@ -440,6 +454,7 @@ fn to_json(path: &Path, report: &Report, replays: &[Replays]) -> Json {
             [(&r.cold, true), (&r.warm, false)].map(|(rep, cold)| {
                 json!({
                     "strategy": r.strategy.name(),
+                    "cache_budget_bytes": (r.strategy == Strategy::Cached).then_some(budget),
                     "cold": cold,
                     "prefill_tokens": rep.prefill.tokens,
                     "prefill_tokens_per_s": tps(rep, true),
