@@ -135,23 +135,35 @@ impl Table {
         let mut cold: Vec<usize> = Vec::new();
         let mut evicted = false;
         let (mut ids, mut slots) = ([0u64; WINDOW], [0usize; WINDOW]);
+        // Every window so far was wholly resident: the staging holds rows
+        // 0.. in request order.
+        let mut sequential = true;
         let n = rows.len();
         let mut i = 0;
         while i < n {
             let end = (i + WINDOW).min(n);
             let clock = (end < n).then(Instant::now);
-            let mut k = 0;
-            for (j, &row) in rows.iter().enumerate().take(end).skip(i) {
-                if res.is_resident(row) {
-                    ids[k] = row;
-                    slots[k] = j;
-                    k += 1;
-                } else {
-                    cold.push(j);
+            let window = &rows[i..end];
+            if window.iter().all(|&r| res.is_resident(r)) {
+                // The warm case: the window as it is.
+                let at = st.slots.len() * rb;
+                self.copy_mapped(window, &mut st.bytes[at..at + window.len() * rb])?;
+                st.slots.extend(i..end);
+            } else {
+                sequential = false;
+                let mut k = 0;
+                for (j, &row) in rows.iter().enumerate().take(end).skip(i) {
+                    if res.is_resident(row) {
+                        ids[k] = row;
+                        slots[k] = j;
+                        k += 1;
+                    } else {
+                        cold.push(j);
+                    }
                 }
-            }
-            if k > 0 {
-                stage(st, &ids[..k], &slots[..k])?;
+                if k > 0 {
+                    stage(st, &ids[..k], &slots[..k])?;
+                }
             }
             i = end;
             if clock.is_some_and(|c| c.elapsed() > WINDOW_BUDGET) {
@@ -220,7 +232,10 @@ impl Table {
             }
         }
         let staged = st.slots.len() * rb;
-        self.put_staged(&st.bytes[..staged], Some(&st.slots), out)?;
+        // Every row staged in request order (a warm batch): no slot lookups.
+        let in_order = sequential && st.slots.len() == n;
+        let slots = (!in_order).then_some(&st.slots[..]);
+        self.put_staged(&st.bytes[..staged], slots, out)?;
         if evicted {
             // Everything this batch touched is resident now.
             for &row in rows {
