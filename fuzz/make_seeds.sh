@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the committed seed corpus of the fuzz targets that take files
-# or text (the structured targets start from libFuzzer's own inputs; their
-# seeds are inputs a run found, kept small with `cargo fuzz cmin`).
+# or text. The structured targets' seeds (page_plan, read_plan) are inputs a
+# four-minute run found, merged down to those of at most 128 bytes that add
+# coverage: `fuzz-target/.../page_plan -merge=1 -max_len=128 corpus/page_plan RUN_DIR`.
 #
 #   fuzz/make_seeds.sh [PATH/TO/pleio]    # default target/release/pleio
 set -euo pipefail
