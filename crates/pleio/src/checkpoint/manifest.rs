@@ -154,7 +154,7 @@ pub(super) fn open(path: &Path) -> Result<CheckpointTable, CheckpointError> {
             }
         },
     };
-    if n == 0 || n % encoding.group() as u64 != 0 {
+    if n == 0 || !n.is_multiple_of(encoding.group() as u64) {
         return Err(fail(format!(
             "row_width {n} is not whole groups of {}",
             encoding.group()

@@ -21,7 +21,8 @@ pub(super) fn bf16_row(src: &[f32], dst: &mut [u16]) -> bool {
 pub(super) fn f16_row(src: &[f32], dst: &mut [u16]) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c")
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("f16c")
         {
             // SAFETY: AVX2 and F16C were just detected.
             unsafe { avx2::f16_row(src, dst) };
@@ -95,9 +96,8 @@ pub(super) mod avx2 {
         let n = src.len().min(dst.len());
         let n8 = n / 8 * 8;
         for i in (0..n8).step_by(8) {
-            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_castsi256_ps(load8(
-                src, i,
-            )));
+            let h =
+                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_castsi256_ps(load8(src, i)));
             let out = &mut dst[i..i + 8];
             // SAFETY: `out` is exactly 8 writable u16; unaligned store.
             unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), h) };

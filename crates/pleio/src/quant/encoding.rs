@@ -190,7 +190,7 @@ impl Encoding {
     /// or an error if the width is not whole groups.
     pub fn part_bytes(&self, row_elems: usize) -> Result<PartSizes, EncodingError> {
         let g = self.group();
-        if row_elems % g != 0 {
+        if !row_elems.is_multiple_of(g) {
             return Err(EncodingError::RowElems {
                 encoding: self.name(),
                 row_elems,

@@ -152,7 +152,7 @@ impl Dtype {
 
     /// Bytes per element, for the whole-byte dtypes.
     pub fn size(self) -> Option<u64> {
-        (self.bits() % 8 == 0).then(|| self.bits() / 8)
+        self.bits().is_multiple_of(8).then(|| self.bits() / 8)
     }
 }
 
