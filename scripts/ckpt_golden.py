@@ -26,9 +26,10 @@ all in float32 with one IEEE operation at a time:
 
 NaN results of fp8/nvfp4/mlx4 are the canonical 0x7FC00000. The bf16 and
 f16 outputs are ml_dtypes' and NumPy's round-to-nearest-even conversions of
-the f32 output; for NaN inputs (where those libraries differ in payload
-handling) pleio's rule applies: keep sign and top payload bits, set the
-quiet bit (this script checks the libraries agree that the result is NaN).
+the f32 output. bf16 NaN is 0x7FC0 with the sign (ml_dtypes' rule, checked);
+for f16 NaN, where NumPy keeps a signalling NaN signalling, pleio's rule
+applies: keep sign and top payload bits, set the quiet bit (as F16C does;
+this script checks NumPy agrees the result is NaN).
 
 Modes:
     ckpt_golden.py                    regenerate the committed goldens in
@@ -79,11 +80,12 @@ def e4m3_f32(u8: np.ndarray) -> np.ndarray:
 
 
 def to_bf16(y: np.ndarray) -> np.ndarray:
+    """ml_dtypes' conversion; NaN becomes 0x7FC0 with its sign (checked)."""
     with np.errstate(invalid="ignore"):
         out = y.astype(BF16).view(np.uint16).copy()
     nan = np.isnan(y)
-    assert np.isnan(out[nan].view(BF16).astype(F32)).all()
-    out[nan] = ((y[nan].view(np.uint32) >> 16) | 0x40).astype(np.uint16)
+    want = ((y[nan].view(np.uint32) >> 16) & 0x8000 | 0x7FC0).astype(np.uint16)
+    assert (out[nan] == want).all()
     return out
 
 

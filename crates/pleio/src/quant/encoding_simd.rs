@@ -101,10 +101,9 @@ pub(super) struct Vbmi {
 }
 
 impl Vbmi {
-    /// The byte-table kernels, if built with the `avx512` feature and the
-    /// CPU has AVX-512 F, BW and VBMI.
+    /// The byte-table kernels, if the CPU has AVX-512 F, BW and VBMI.
     pub(super) fn detect() -> Option<Vbmi> {
-        #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
+        #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512f")
                 && std::arch::is_x86_feature_detected!("avx512bw")
@@ -121,25 +120,21 @@ impl Vbmi {
     /// lookup, 64 codes per step (`vpermi2b` on two 128-byte halves,
     /// chosen by the code's top bit).
     pub(super) fn lookup16(self, lo: &[u8; 256], hi: &[u8; 256], q: &[u8], dst: &mut [u16]) {
-        #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
+        #[cfg(target_arch = "x86_64")]
         {
             // SAFETY: a `Vbmi` token exists only after AVX-512 F, BW and
             // VBMI were detected.
             unsafe { avx512::lookup16(lo, hi, q, dst) }
         }
-        #[cfg(not(all(target_arch = "x86_64", feature = "avx512")))]
+        #[cfg(not(target_arch = "x86_64"))]
         {
             let _ = (lo, hi, q, dst);
-            unreachable!("no Vbmi token without the avx512 feature on x86_64")
+            unreachable!("no Vbmi token off x86_64")
         }
     }
 }
 
-// The AVX-512 intrinsics are stable from Rust 1.89: the opt-in `avx512`
-// feature raises the MSRV to that (the default build keeps the
-// workspace's).
-#[cfg(all(target_arch = "x86_64", feature = "avx512"))]
-#[allow(clippy::incompatible_msrv)]
+#[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
 
@@ -305,29 +300,12 @@ mod avx2 {
         }
     }
 
-    /// The bfloat16 bits of 8 lanes, in the low 16 bits of each u32 lane:
-    /// the integer rounding of `f32_to_bf16` (add 0x7FFF plus the kept
-    /// lsb, shift; NaNs keep sign and top payload bits, quiet bit set).
-    ///
-    /// With `CANON` the caller guarantees every NaN lane is the canonical
-    /// 0x7FC00000, which the rounding alone already maps to 0x7FC0 (the
-    /// NaN rule's result), so the NaN blend is skipped.
+    /// The bfloat16 bits of 8 lanes (`convert::f32_to_bf16`), in the low
+    /// 16 bits of each u32 lane; `CANON` as in the shared kernel.
     #[inline]
     #[target_feature(enable = "avx2")]
     fn bf16_bits<const CANON: bool>(v: __m256) -> __m256i {
-        let b = _mm256_castps_si256(v);
-        let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(1));
-        let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(
-            _mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)),
-            lsb,
-        ));
-        if CANON {
-            return rounded;
-        }
-        let abs = _mm256_and_si256(b, _mm256_set1_epi32(0x7FFF_FFFF));
-        let is_nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F80_0000));
-        let quiet = _mm256_or_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(0x40));
-        _mm256_blendv_epi8(rounded, quiet, is_nan)
+        super::super::convert_simd::avx2::bf16x8::<CANON>(_mm256_castps_si256(v))
     }
 
     /// Stores 16 lanes (`a` then `b`) at `at..at + 16` of `out`: as f32; as
