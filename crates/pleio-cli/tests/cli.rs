@@ -181,3 +181,52 @@ fn bad_input_is_a_clear_error() {
     assert!(!r.status.success());
     assert!(String::from_utf8_lossy(&r.stderr).contains("Q4_K"));
 }
+
+#[test]
+fn synth_safetensors_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ckpt");
+    let out = ok(&[
+        "synth",
+        "--format",
+        "safetensors",
+        "--encoding",
+        "nvfp4",
+        "--rows",
+        "40000",
+        "--files",
+        "3",
+        "-o",
+        p(&ck),
+    ]);
+    assert!(out.contains("nvfp4 checkpoint"), "{out}");
+    let t = pleio::checkpoint::CheckpointTable::open(&ck).unwrap();
+    assert_eq!(t.shards.len(), 128);
+    assert_eq!(t.files.len(), 3);
+    assert_eq!(t.encoding.name(), "nvfp4");
+    assert_eq!(t.rows % 128, 0);
+    assert!(t.rows <= 40000 && t.rows > 39000, "{}", t.rows);
+    // Never replaces: the same output again fails and leaves it intact.
+    let again = pleio(&[
+        "synth",
+        "--format",
+        "safetensors",
+        "--rows",
+        "40000",
+        "-o",
+        p(&ck),
+    ]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists"));
+    pleio::checkpoint::CheckpointTable::open(&ck).unwrap();
+    let bad = pleio(&[
+        "synth",
+        "--format",
+        "safetensors",
+        "--encoding",
+        "q4",
+        "-o",
+        p(&dir.path().join("x")),
+    ]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown --encoding"));
+}

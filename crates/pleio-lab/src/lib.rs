@@ -14,4 +14,5 @@ pub mod random;
 pub mod replay;
 pub mod residency;
 pub mod synth;
+pub mod synth_ckpt;
 pub mod units;

@@ -22,6 +22,7 @@
 mod error;
 mod output;
 
+pub mod checkpoint;
 pub mod fetch;
 pub mod gguf;
 pub mod io;
@@ -33,6 +34,7 @@ pub mod model;
 pub mod ngram;
 pub mod page_plan;
 pub mod quant;
+pub mod safetensors;
 #[allow(unsafe_code)] // the OS layer: every system call
 pub mod sys;
 #[cfg(feature = "tokenizer")]

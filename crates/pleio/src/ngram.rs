@@ -326,7 +326,8 @@ pub mod released {
         true
     }
 
-    fn primes_from(start: u64) -> impl Iterator<Item = u64> {
+    /// Primes from `start` up, by trial division.
+    pub(crate) fn primes_from(start: u64) -> impl Iterator<Item = u64> {
         (start..).filter(|&n| is_prime(n))
     }
 

@@ -8,12 +8,19 @@ use clap::ValueEnum;
 use pleio::ngram::released::{GEMMA_VOCAB, QWEN_FULL_ROWS};
 use pleio::quant::GgmlType;
 use pleio_lab::synth::{Arch, SynthSpec};
+use pleio_lab::synth_ckpt::{write_checkpoint, CkptEncoding, CkptSpec};
 
 use crate::outfile::{self, OutFile, Replace};
 use crate::output::{byte_progress, human_bytes};
 
 /// Default qwen4exp rows: 16 Mi rows, 1.41 GiB of IQ4_NL.
 const DEFAULT_QWEN_ROWS: u64 = 16 << 20;
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FormatArg {
+    Gguf,
+    Safetensors,
+}
 
 #[derive(Clone, Copy, ValueEnum)]
 enum ArchArg {
@@ -23,13 +30,26 @@ enum ArchArg {
 
 /// Write a GGUF file with an architecture's real metadata keys and its PLE
 /// tensor `per_layer_token_embd.weight`, filled with seeded random valid
-/// blocks.
+/// blocks; or (`--format safetensors`, qwen4exp) a Hugging Face style
+/// checkpoint directory: config.json, model.safetensors.index.json and
+/// `--files` files holding the table's 128 row shards among unrelated
+/// tensors, with its scale tensors and n-gram buffers.
 ///
 /// Below full size, the qwen4exp head layout is scaled down by the released
 /// rule (16 consecutive primes, largest start that fits), so the file's
 /// n-gram metadata always addresses rows inside the table.
 #[derive(clap::Args)]
 pub struct Args {
+    /// Output format: one GGUF file, or a safetensors checkpoint directory.
+    #[arg(long, value_enum, default_value = "gguf")]
+    format: FormatArg,
+    /// Checkpoint row encoding (`--format safetensors`): bf16, fp8 (one
+    /// BF16 table scale), fp8-row (a BF16 scale per row), nvfp4, mlx4.
+    #[arg(long, default_value = "fp8")]
+    encoding: String,
+    /// Checkpoint files (`--format safetensors`).
+    #[arg(long, default_value_t = 4)]
+    files: usize,
     /// Architecture whose metadata and table shape to write.
     #[arg(long, value_enum, default_value = "qwen4exp")]
     arch: ArchArg,
@@ -79,6 +99,9 @@ fn parse_rows(s: &str, arch: Arch) -> Result<u64> {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if a.format == FormatArg::Safetensors {
+        return run_checkpoint(a);
+    }
     let arch = match a.arch {
         ArchArg::Qwen4exp => Arch::Qwen4exp,
         ArchArg::Gemma4 => Arch::Gemma4,
@@ -142,6 +165,54 @@ pub fn run(a: Args) -> Result<()> {
     } else {
         println!("{line}");
     }
+    Ok(())
+}
+
+/// `--format safetensors`: a checkpoint directory, written through a
+/// temporary sibling and renamed (an existing output is never replaced).
+fn run_checkpoint(a: Args) -> Result<()> {
+    if !matches!(a.arch, ArchArg::Qwen4exp) {
+        bail!("--format safetensors writes qwen4exp checkpoints only");
+    }
+    if a.ty.is_some() {
+        bail!("--type is for GGUF files; checkpoints take --encoding");
+    }
+    if a.force {
+        bail!("--format safetensors never replaces an existing directory (no --force)");
+    }
+    let encoding = CkptEncoding::from_name(&a.encoding).with_context(|| {
+        format!(
+            "unknown --encoding {:?} (bf16, fp8, fp8-row, nvfp4, mlx4)",
+            a.encoding
+        )
+    })?;
+    let rows = match &a.rows {
+        Some(s) => parse_rows(s, Arch::Qwen4exp)?,
+        None => DEFAULT_QWEN_ROWS,
+    };
+    let spec = CkptSpec {
+        sparse: a.sparse,
+        ..CkptSpec::new(encoding, rows, a.files, a.seed)
+    };
+    let layout = spec.layout()?;
+    let table_bytes = layout.rows * encoding.row_bytes();
+    if !a.sparse {
+        check_free_space(&a.output, table_bytes)?;
+    }
+    let bar = byte_progress(table_bytes, "synth");
+    let summary = write_checkpoint(&spec, &a.output, &mut |done| bar.set_position(done))
+        .with_context(|| format!("writing {}", a.output.display()))?;
+    bar.finish_and_clear();
+    println!(
+        "wrote {}: qwen4exp {} checkpoint, {} rows x 160 elements in {} shards over {} files, {} of table data{}",
+        summary.dir.display(),
+        encoding.name(),
+        layout.rows,
+        spec.shards,
+        summary.files.len(),
+        human_bytes(summary.table_bytes),
+        if a.sparse { " left sparse" } else { "" },
+    );
     Ok(())
 }
 

@@ -34,6 +34,11 @@ pub enum DecodeError {
 }
 
 pub mod convert;
+#[allow(unsafe_code)] // SIMD intrinsics behind runtime feature checks
+mod convert_simd;
+pub mod encoding;
+#[allow(unsafe_code)] // SIMD intrinsics behind runtime feature checks
+mod encoding_simd;
 mod float;
 mod fp4;
 mod iquant;

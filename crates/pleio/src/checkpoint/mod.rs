@@ -1,0 +1,409 @@
+//! PLE tables inside safetensors checkpoints: finding them, describing
+//! their rows, and mapping a row id to the file regions that hold it.
+//!
+//! [`CheckpointTable::open`] takes a checkpoint directory, its
+//! `model.safetensors.index.json`, one `.safetensors` file, or an mlx-vlm
+//! `ple-store.json` manifest, and finds:
+//!
+//! - the qwen4exp n-gram table: the row shards
+//!   `…ple_embedding.ngram_embedding.shard_{i}.weight` (Hugging Face) or
+//!   `…ngram_embedding.shards.{i}.weight` / `.scales` / `.biases` (MLX), in
+//!   shard order `0..N` (`N` = `split_ngram_parts` from `config.json`, else
+//!   the shards found), wherever they sit among other tensors and files,
+//!   with their scale tensors (`ngram_embedding.weight_scale`,
+//!   `shard_{i}.weight_scale`, `shard_{i}.weight_scale_2`) and the I64
+//!   buffers `layer_multipliers`, `ngram_heads_vocab_sizes`,
+//!   `ngram_heads_offsets` checked against the config;
+//! - or Gemma 4's `…embed_tokens_per_layer.weight` (row = token id).
+//!
+//! The result describes rows (`rows`, `row_elems`, [`Encoding`]) and holds
+//! an extent table: [`CheckpointTable::row_extents`] gives, for a global
+//! row id, the (file, absolute offset, length) of each of its one to three
+//! parts (MLX 4-bit: words, scales, biases). Offsets are whatever the files
+//! give: not page- or block-aligned, and a row may straddle a page.
+
+use std::path::PathBuf;
+
+use crate::ngram::{NgramError, QwenNgramParams};
+use crate::quant::encoding::{Encoding, EncodingDecoder, EncodingError};
+use crate::safetensors::{Dtype, SafetensorsError};
+
+pub mod config;
+mod discover;
+mod manifest;
+
+pub use config::{ConfigError, NgramConfig};
+pub use manifest::PLE_STORE_FILE_NAME;
+
+/// The file name of a checkpoint's config.
+pub const CONFIG_FILE_NAME: &str = "config.json";
+
+/// Which model's table this is, and so how token ids become row ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableKind {
+    /// qwen4exp n-gram table: 16 hashed rows per token.
+    QwenNgram,
+    /// Gemma 4 `embed_tokens_per_layer`: row = token id.
+    Gemma4,
+}
+
+/// Where the description came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableSource {
+    /// safetensors headers (a directory, an index or one file).
+    Safetensors,
+    /// An mlx-vlm `ple-store.json` manifest (version 2,
+    /// `safetensors_ranges`).
+    PleStore,
+}
+
+/// One region of a shard: the tensor whose rows hold one part of each row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardPart {
+    /// The tensor's name (or the manifest's field name).
+    pub tensor: String,
+    /// Index into [`CheckpointTable::files`].
+    pub file: usize,
+    /// Absolute file offset of the shard's first row of this part.
+    pub offset: u64,
+    /// Bytes of this part per row.
+    pub row_bytes: u64,
+}
+
+/// A run of consecutive rows stored together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shard {
+    /// Shard number (`shard_{index}`).
+    pub index: usize,
+    /// First global row.
+    pub row_start: u64,
+    /// Rows in the shard.
+    pub rows: u64,
+    /// Its parts, in the encoding's part order.
+    pub parts: Vec<ShardPart>,
+}
+
+/// Bytes of one file that hold one part of a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Extent {
+    /// Index into [`CheckpointTable::files`].
+    pub file: usize,
+    /// Absolute offset in that file.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// The one to three extents of a row, in part order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowExtents {
+    parts: [Extent; 3],
+    count: usize,
+}
+
+impl RowExtents {
+    /// The extents, in part order.
+    pub fn as_slice(&self) -> &[Extent] {
+        &self.parts[..self.count]
+    }
+}
+
+/// The n-gram buffers a checkpoint carries beside its table.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NgramBuffers {
+    /// `layer_multipliers`.
+    pub layer_multipliers: Option<Vec<u64>>,
+    /// `ngram_heads_vocab_sizes`.
+    pub head_vocab_sizes: Option<Vec<u64>>,
+    /// `ngram_heads_offsets`.
+    pub head_offsets: Option<Vec<u64>>,
+}
+
+/// A PLE table found in a checkpoint.
+#[derive(Debug, Clone)]
+pub struct CheckpointTable {
+    /// Which model's table.
+    pub kind: TableKind,
+    /// Where the description came from.
+    pub source: TableSource,
+    /// The files holding its rows (only those).
+    pub files: Vec<PathBuf>,
+    /// Rows.
+    pub rows: u64,
+    /// Elements per row.
+    pub row_elems: u64,
+    /// How each row is stored.
+    pub encoding: Encoding,
+    /// The shards in row order; they tile `0..rows`.
+    pub shards: Vec<Shard>,
+    /// The tensor-name prefix of the table (e.g.
+    /// `model.language_model.layers.1.ple.ple_embedding.`).
+    pub prefix: String,
+    /// The `config.json` read, if any.
+    pub config_path: Option<PathBuf>,
+    /// The n-gram keys of `config.json`, when found (qwen4exp).
+    pub config: Option<NgramConfig>,
+    /// The n-gram buffers of the checkpoint, when present (checked against
+    /// the config at open).
+    pub buffers: NgramBuffers,
+}
+
+/// Everything that can go wrong finding a table in a checkpoint.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// A safetensors file or index is malformed (names the file).
+    #[error(transparent)]
+    Safetensors(#[from] SafetensorsError),
+    /// An operating-system error on a file.
+    #[error("{}: {source}", .path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `config.json` is malformed.
+    #[error("{}: {source}", .path.display())]
+    Config {
+        /// The config file.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: ConfigError,
+    },
+    /// A `ple-store.json` manifest is malformed or does not fit its files.
+    #[error("{}: {message}", .path.display())]
+    Manifest {
+        /// The manifest.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The path is not a directory, index, `.safetensors` file or manifest.
+    #[error("{}: not a checkpoint directory, model.safetensors.index.json, .safetensors file or ple-store.json", .path.display())]
+    NotACheckpoint {
+        /// The path.
+        path: PathBuf,
+    },
+    /// No PLE table in the checkpoint.
+    #[error("{}: no PLE table (no …ngram_embedding.shard_N / shards.N tensors and no …embed_tokens_per_layer.weight)", .path.display())]
+    NoTable {
+        /// The checkpoint path.
+        path: PathBuf,
+    },
+    /// More than one candidate table.
+    #[error("two PLE tables: `{first}` and `{second}`")]
+    AmbiguousTable {
+        /// One tensor (prefix).
+        first: String,
+        /// Another.
+        second: String,
+    },
+    /// The index maps a tensor to a file whose header lacks it.
+    #[error("the index maps `{tensor}` to {}, whose header has no such tensor", .file.display())]
+    NotInFile {
+        /// The tensor.
+        tensor: String,
+        /// The file.
+        file: PathBuf,
+    },
+    /// A tensor in two files.
+    #[error("tensor `{tensor}` is in both {} and {}", .first.display(), .second.display())]
+    DuplicateTensor {
+        /// The tensor.
+        tensor: String,
+        /// One file.
+        first: PathBuf,
+        /// Another.
+        second: PathBuf,
+    },
+    /// A shard of `0..count` is missing.
+    #[error("shard {index} of {count} is missing: no tensor `{expected}`")]
+    MissingShard {
+        /// Its number.
+        index: usize,
+        /// Shards expected.
+        count: usize,
+        /// The tensor name expected.
+        expected: String,
+    },
+    /// A shard numbered at or beyond the count.
+    #[error("tensor `{tensor}`: shard {index} is beyond the {count} shards of split_ngram_parts")]
+    ExtraShard {
+        /// The tensor.
+        tensor: String,
+        /// Its number.
+        index: usize,
+        /// Shards expected.
+        count: usize,
+    },
+    /// A shard part missing (e.g. MLX scales, NVFP4 block scales).
+    #[error("shard {index}: tensor `{expected}` is missing")]
+    MissingPart {
+        /// Shard number.
+        index: usize,
+        /// The tensor name expected.
+        expected: String,
+    },
+    /// Shards of different widths or dtypes.
+    #[error("tensor `{tensor}`: {what} {found}, but shard 0 (`{first}`) has {expected}")]
+    ShardMismatch {
+        /// The odd tensor.
+        tensor: String,
+        /// What differs (`width`, `dtype`).
+        what: &'static str,
+        /// Its value.
+        found: String,
+        /// The first shard's tensor.
+        first: String,
+        /// The first shard's value.
+        expected: String,
+    },
+    /// A tensor's dtype or shape is not what its role needs.
+    #[error("tensor `{tensor}`: {dtype} {shape:?}, expected {expected}")]
+    BadTensor {
+        /// The tensor.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its shape.
+        shape: Vec<u64>,
+        /// What it must be.
+        expected: String,
+    },
+    /// FP8 weights without any scale tensor.
+    #[error("FP8 table `{prefix}` has no scale: neither `{prefix}ngram_embedding.weight_scale` nor per-shard `weight_scale` tensors")]
+    MissingScale {
+        /// The table prefix.
+        prefix: String,
+    },
+    /// Per-shard scalars (NVFP4 `weight_scale_2`, or FP8 per-shard scales)
+    /// that differ.
+    #[error("tensor `{tensor}` = {value:e} differs from `{first}` = {first_value:e}: one global scale is required")]
+    ScaleMismatch {
+        /// The odd tensor.
+        tensor: String,
+        /// Its value.
+        value: f32,
+        /// The first shard's tensor.
+        first: String,
+        /// Its value.
+        first_value: f32,
+    },
+    /// A layout pleio does not decode.
+    #[error("unsupported: {what}")]
+    Unsupported {
+        /// What.
+        what: String,
+    },
+    /// A checkpoint buffer disagrees with `config.json`.
+    #[error("tensor `{tensor}` holds {found:?}, but config.json gives {expected:?}")]
+    BufferMismatch {
+        /// The buffer tensor.
+        tensor: String,
+        /// Its values.
+        found: Vec<u64>,
+        /// The values derived from the config.
+        expected: Vec<u64>,
+    },
+    /// The table's row count or shard count disagrees with `config.json`.
+    #[error("the table has {found} {what}, but config.json gives {expected}")]
+    ConfigMismatch {
+        /// `rows` or `shards`.
+        what: &'static str,
+        /// In the checkpoint.
+        found: u64,
+        /// From the config.
+        expected: u64,
+    },
+    /// The n-gram parameters need a `config.json` the checkpoint lacks.
+    #[error("no config.json beside the checkpoint: the n-gram parameters (eos_token_id, ...) are unknown")]
+    NoConfig,
+    /// The derived n-gram parameters do not fit the table.
+    #[error(transparent)]
+    Ngram(#[from] NgramError),
+    /// A row id outside the table.
+    #[error("row {row} is outside the table of {rows} rows")]
+    RowOutOfRange {
+        /// The row.
+        row: u64,
+        /// Rows in the table.
+        rows: u64,
+    },
+    /// The row width does not suit the encoding.
+    #[error(transparent)]
+    Encoding(#[from] EncodingError),
+}
+
+impl CheckpointTable {
+    /// Finds the PLE table of the checkpoint at `path` (a directory, an
+    /// index, a `.safetensors` file or a `ple-store.json`), reading only
+    /// headers, the config and the small scale and buffer tensors.
+    pub fn open(path: &std::path::Path) -> Result<CheckpointTable, CheckpointError> {
+        discover::open(path)
+    }
+
+    /// Bytes of a row, all parts together.
+    pub fn row_bytes(&self) -> u64 {
+        self.shards
+            .first()
+            .map_or(0, |s| s.parts.iter().map(|p| p.row_bytes).sum())
+    }
+
+    /// The shard holding `row` and the row's index inside it.
+    pub fn shard_of(&self, row: u64) -> Option<(usize, u64)> {
+        if row >= self.rows {
+            return None;
+        }
+        let i = self.shards.partition_point(|s| s.row_start <= row) - 1;
+        Some((i, row - self.shards[i].row_start))
+    }
+
+    /// The file regions of `row`, one per part.
+    pub fn row_extents(&self, row: u64) -> Result<RowExtents, CheckpointError> {
+        let (i, local) = self.shard_of(row).ok_or(CheckpointError::RowOutOfRange {
+            row,
+            rows: self.rows,
+        })?;
+        let mut out = RowExtents {
+            parts: [Extent::default(); 3],
+            count: 0,
+        };
+        for p in &self.shards[i].parts {
+            // In range: checked at open against the tensor's byte range.
+            out.parts[out.count] = Extent {
+                file: p.file,
+                offset: p.offset + local * p.row_bytes,
+                len: p.row_bytes,
+            };
+            out.count += 1;
+        }
+        Ok(out)
+    }
+
+    /// A decoder for this table's rows.
+    pub fn decoder(&self) -> Result<EncodingDecoder, CheckpointError> {
+        let n = usize::try_from(self.row_elems).map_err(|_| CheckpointError::Unsupported {
+            what: format!("rows of {} elements", self.row_elems),
+        })?;
+        Ok(EncodingDecoder::new(self.encoding, n)?)
+    }
+
+    /// The qwen4exp n-gram hash parameters from `config.json` (whose
+    /// buffers, if any, were checked to agree at open).
+    pub fn ngram_params(&self) -> Result<QwenNgramParams, CheckpointError> {
+        let c = self.config.as_ref().ok_or(CheckpointError::NoConfig)?;
+        c.params(self.rows).map_err(|e| match e {
+            config::CheckedParamsError::Config(source) => CheckpointError::Config {
+                path: self
+                    .config_path
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from(CONFIG_FILE_NAME)),
+                source,
+            },
+            config::CheckedParamsError::Ngram(e) => CheckpointError::Ngram(e),
+        })
+    }
+}

@@ -1,0 +1,751 @@
+//! Row encodings of safetensors checkpoints: BF16/F16/F32 rows, FP8 E4M3
+//! with a per-tensor or per-row scale, NVFP4 and MLX affine 4-bit.
+//!
+//! A row is stored in one to three *parts* (separate regions of the file):
+//!
+//! | encoding | parts of a row of `n` elements |
+//! |---|---|
+//! | [`Encoding::Bf16`], [`Encoding::F16`], [`Encoding::F32`] | the `n` elements |
+//! | [`Encoding::Fp8`] per tensor | `n` E4M3 bytes |
+//! | [`Encoding::Fp8`] per row | `n` E4M3 bytes; one scale (BF16, F16 or F32) |
+//! | [`Encoding::Nvfp4`] | `n / 2` bytes of nibbles; `n / 16` E4M3 block scales |
+//! | [`Encoding::Mlx4`] | `n / 8` little-endian `u32` words; `n / 32` BF16 scales; `n / 32` BF16 biases |
+//!
+//! # Exact formulas (every operation an IEEE binary32 operation, round to
+//! nearest even, no fused multiply-add)
+//!
+//! - **E4M3** (`float8_e4m3fn`): sign, 4 exponent bits (bias 7), 3 mantissa
+//!   bits; exponent 0 is subnormal (`m * 2^-9`); no infinities; `S.1111.111`
+//!   is NaN; largest finite 448. [`e4m3_to_f32`] is exact.
+//! - **BF16/F16/F32 rows**: the exact f32 value of each element (the GGUF
+//!   decoders of the same types; NaN bits are kept as stored).
+//! - **FP8, scale `s`** (the scale converted exactly to f32):
+//!   `y = e4m3(q) * s`. With a BF16 (or F16) scale the product is exact (a
+//!   4-bit times an 8- or 11-bit significand), so the only rounding is the
+//!   caller's later conversion, and `bf16(y)` equals the engines'
+//!   `bf16(f32(e4m3) * f32(scale))`.
+//! - **NVFP4**, element `j` of a row: code `c` = low nibble of byte `j / 2`
+//!   for even `j`, high nibble for odd `j`; `v = LUT[c & 7]` with
+//!   `LUT = {0, 0.5, 1, 1.5, 2, 3, 4, 6}`, negated (`-v`, so code 8 is -0.0)
+//!   when `c & 8`; `y = (v * e4m3(scale[j / 16])) * global`. The first
+//!   product is exact, so `y` is the exact value rounded once.
+//! - **MLX affine 4-bit**, group 32: `q = (word[j / 8] >> (4 * (j % 8))) &
+//!   15` (so within each little-endian word, low nibble first);
+//!   `y = (f32(scale[j / 32]) * q) + f32(bias[j / 32])`. The product is
+//!   exact, so a fused multiply-add would give the same `y`.
+//!
+//! NaN: an FP8, NVFP4 or MLX result that is NaN is written as the canonical
+//! quiet NaN `0x7FC00000` (PyTorch's bf16 NaN once converted), whatever NaN
+//! operand produced it; so every output is defined bit for bit.
+//!
+//! [`EncodingDecoder`] picks an AVX2 + F16C kernel at run time where one
+//! exists (writing f32, or bf16/f16 directly without an f32 pass); it gives
+//! the same bits as the scalar reference (tested).
+
+use super::convert::{f32_to_bf16_row_scalar, f32_to_f16_row_scalar};
+use super::encoding_simd::{Simd, Vbmi};
+use super::float::{bf16_to_f32, f16_to_f32};
+
+/// The canonical NaN every quantized decoder writes.
+pub const CANONICAL_NAN: u32 = 0x7FC0_0000;
+
+/// Element type of a per-row FP8 scale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScaleType {
+    /// bfloat16.
+    Bf16,
+    /// IEEE half.
+    F16,
+    /// IEEE single.
+    F32,
+}
+
+impl ScaleType {
+    /// Bytes of one scale.
+    pub fn size(self) -> usize {
+        match self {
+            ScaleType::Bf16 | ScaleType::F16 => 2,
+            ScaleType::F32 => 4,
+        }
+    }
+
+    /// The exact f32 value of the little-endian scale at the start of `b`
+    /// (which holds at least [`size`](Self::size) bytes).
+    pub fn read(self, b: &[u8]) -> f32 {
+        match self {
+            ScaleType::Bf16 => bf16_to_f32(u16::from_le_bytes([b[0], b[1]])),
+            ScaleType::F16 => f16_to_f32(u16::from_le_bytes([b[0], b[1]])),
+            ScaleType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        }
+    }
+}
+
+/// The scale of an FP8 table.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fp8Scale {
+    /// One scale for the whole table (`ngram_embedding.weight_scale`),
+    /// already converted exactly to f32.
+    PerTensor(f32),
+    /// One scale per row, stored in a second part.
+    PerRow(ScaleType),
+}
+
+/// How a row of a checkpoint table is stored.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Encoding {
+    /// bfloat16 elements.
+    Bf16,
+    /// IEEE half elements.
+    F16,
+    /// IEEE single elements.
+    F32,
+    /// FP8 E4M3 elements times a scale.
+    Fp8(Fp8Scale),
+    /// NVFP4: E2M1 nibbles, an E4M3 scale per 16 elements, one global
+    /// f32 scale (`weight_scale_2`).
+    Nvfp4 {
+        /// The global scale.
+        global_scale: f32,
+    },
+    /// MLX affine 4-bit, groups of [`MLX_GROUP`]: `u32` words of nibbles,
+    /// BF16 scale and bias per group.
+    Mlx4,
+}
+
+/// Elements per NVFP4 block scale.
+pub const NVFP4_BLOCK: usize = 16;
+/// Elements per MLX 4-bit group.
+pub const MLX_GROUP: usize = 32;
+
+/// Errors from decoding encoded rows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EncodingError {
+    /// The row width is not a whole number of the encoding's groups.
+    #[error("{encoding}: rows of {row_elems} elements are not whole groups of {group}")]
+    RowElems {
+        /// The encoding's name.
+        encoding: &'static str,
+        /// Elements per row.
+        row_elems: usize,
+        /// Group size it needs.
+        group: usize,
+    },
+    /// The number of parts given differs from the encoding's.
+    #[error("{encoding}: {given} row parts given, the encoding has {expected}")]
+    PartCount {
+        /// The encoding's name.
+        encoding: &'static str,
+        /// Parts given.
+        given: usize,
+        /// Parts needed.
+        expected: usize,
+    },
+    /// A part's length differs from what the row needs.
+    #[error("{encoding}: row part {part} has {given} bytes, the row needs {expected}")]
+    PartLength {
+        /// The encoding's name.
+        encoding: &'static str,
+        /// Which part.
+        part: usize,
+        /// Bytes given.
+        given: usize,
+        /// Bytes needed.
+        expected: usize,
+    },
+    /// The output slice does not hold exactly one row.
+    #[error("output holds {given} elements, a row has {expected}")]
+    OutputLength {
+        /// Elements of room given.
+        given: usize,
+        /// Elements per row.
+        expected: usize,
+    },
+}
+
+impl Encoding {
+    /// A short name (`bf16`, `fp8`, `fp8-row`, `nvfp4`, `mlx4`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Encoding::Bf16 => "bf16",
+            Encoding::F16 => "f16",
+            Encoding::F32 => "f32",
+            Encoding::Fp8(Fp8Scale::PerTensor(_)) => "fp8",
+            Encoding::Fp8(Fp8Scale::PerRow(_)) => "fp8-row",
+            Encoding::Nvfp4 { .. } => "nvfp4",
+            Encoding::Mlx4 => "mlx4",
+        }
+    }
+
+    /// Elements a row must be a multiple of.
+    pub fn group(&self) -> usize {
+        match self {
+            Encoding::Nvfp4 { .. } => NVFP4_BLOCK,
+            Encoding::Mlx4 => MLX_GROUP,
+            _ => 1,
+        }
+    }
+
+    /// Bytes of each part of a row of `row_elems` elements (1 to 3 parts),
+    /// or an error if the width is not whole groups.
+    pub fn part_bytes(&self, row_elems: usize) -> Result<PartSizes, EncodingError> {
+        let g = self.group();
+        if !row_elems.is_multiple_of(g) {
+            return Err(EncodingError::RowElems {
+                encoding: self.name(),
+                row_elems,
+                group: g,
+            });
+        }
+        let n = row_elems;
+        let (sizes, count) = match self {
+            Encoding::Bf16 | Encoding::F16 => ([2 * n, 0, 0], 1),
+            Encoding::F32 => ([4 * n, 0, 0], 1),
+            Encoding::Fp8(Fp8Scale::PerTensor(_)) => ([n, 0, 0], 1),
+            Encoding::Fp8(Fp8Scale::PerRow(t)) => ([n, t.size(), 0], 2),
+            Encoding::Nvfp4 { .. } => ([n / 2, n / NVFP4_BLOCK, 0], 2),
+            Encoding::Mlx4 => ([n / 2, 2 * (n / MLX_GROUP), 2 * (n / MLX_GROUP)], 3),
+        };
+        Ok(PartSizes { sizes, count })
+    }
+}
+
+/// Bytes of each part of one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartSizes {
+    sizes: [usize; 3],
+    count: usize,
+}
+
+impl PartSizes {
+    /// The sizes, one per part.
+    pub fn as_slice(&self) -> &[usize] {
+        &self.sizes[..self.count]
+    }
+
+    /// Total bytes of a row.
+    pub fn total(&self) -> usize {
+        self.as_slice().iter().sum()
+    }
+}
+
+/// Converts an E4M3 (`float8_e4m3fn`) byte to f32, exactly; both NaN codes
+/// (`0x7F`, `0xFF`) give [`CANONICAL_NAN`].
+#[inline]
+pub fn e4m3_to_f32(b: u8) -> f32 {
+    f32::from_bits(E4M3_BITS[b as usize])
+}
+
+/// f32 bits of every E4M3 byte (built with integer operations).
+static E4M3_BITS: [u32; 256] = e4m3_table();
+
+const fn e4m3_table() -> [u32; 256] {
+    let mut t = [0u32; 256];
+    let mut b = 0usize;
+    while b < 256 {
+        let sign = ((b as u32) & 0x80) << 24;
+        let e = ((b >> 3) & 0xF) as u32;
+        let m = (b & 7) as u32;
+        t[b] = if e == 15 && m == 7 {
+            CANONICAL_NAN
+        } else if e == 0 {
+            if m == 0 {
+                sign
+            } else {
+                // m * 2^-9 with the top set bit p of m as the implicit one.
+                let p = 31 - m.leading_zeros();
+                sign | ((p + 127 - 9) << 23) | ((m - (1 << p)) << (23 - p))
+            }
+        } else {
+            sign | ((e + 120) << 23) | (m << 20)
+        };
+        b += 1;
+    }
+    t
+}
+
+/// `v` unless it is NaN, else [`CANONICAL_NAN`].
+#[inline(always)]
+fn canon(v: f32) -> f32 {
+    if v.is_nan() {
+        f32::from_bits(CANONICAL_NAN)
+    } else {
+        v
+    }
+}
+
+/// Signed NVFP4 (E2M1) values by code: `LUT[c & 7]`, negated when `c & 8`.
+pub const NVFP4_VALUES: [f32; 16] = [
+    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+];
+
+/// Elements decoded per step when the scalar path converts to 16-bit
+/// outputs.
+const CHUNK: usize = 256;
+
+/// A row decoder for one encoding and row width, chosen once (SIMD where
+/// the CPU has it). Cheap to copy between threads.
+#[derive(Clone)]
+pub struct EncodingDecoder {
+    enc: Encoding,
+    row_elems: usize,
+    parts: PartSizes,
+    simd: Option<Simd>,
+    /// FP8 per tensor: `e4m3(c) * s` by code, NaN canonical.
+    lut: Option<Box<[f32; 256]>>,
+    /// FP8 per tensor, with AVX-512 VBMI: the bfloat16 bits of `lut`, as
+    /// low and high byte tables.
+    bf16_lut: Option<(Vbmi, Box<ByteTables>)>,
+}
+
+/// The low and high bytes of 256 16-bit table entries.
+type ByteTables = ([u8; 256], [u8; 256]);
+
+impl std::fmt::Debug for EncodingDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EncodingDecoder")
+            .field("encoding", &self.enc)
+            .field("row_elems", &self.row_elems)
+            .field("simd", &self.simd.is_some())
+            .finish()
+    }
+}
+
+impl EncodingDecoder {
+    /// The fastest exact decoder this CPU has for rows of `row_elems`
+    /// elements of `enc`.
+    pub fn new(enc: Encoding, row_elems: usize) -> Result<Self, EncodingError> {
+        let mut d = Self::scalar(enc, row_elems)?;
+        d.simd = Simd::detect();
+        if let (Some(vbmi), Some(lut)) = (Vbmi::detect(), d.lut.as_deref()) {
+            // The bf16 result of each code is the scalar reference's, so
+            // the table lookup is exact by construction.
+            let mut t = Box::new(([0u8; 256], [0u8; 256]));
+            for (c, &y) in lut.iter().enumerate() {
+                let [lo, hi] = super::convert::f32_to_bf16(y).to_le_bytes();
+                (t.0[c], t.1[c]) = (lo, hi);
+            }
+            d.bf16_lut = Some((vbmi, t));
+        }
+        Ok(d)
+    }
+
+    /// The portable scalar reference decoder.
+    pub fn scalar(enc: Encoding, row_elems: usize) -> Result<Self, EncodingError> {
+        let parts = enc.part_bytes(row_elems)?;
+        let lut = match enc {
+            Encoding::Fp8(Fp8Scale::PerTensor(s)) => {
+                let mut t = Box::new([0f32; 256]);
+                for (c, y) in t.iter_mut().enumerate() {
+                    *y = canon(e4m3_to_f32(c as u8) * s);
+                }
+                Some(t)
+            }
+            _ => None,
+        };
+        Ok(EncodingDecoder {
+            enc,
+            row_elems,
+            parts,
+            simd: None,
+            lut,
+            bf16_lut: None,
+        })
+    }
+
+    /// The encoding.
+    pub fn encoding(&self) -> Encoding {
+        self.enc
+    }
+
+    /// Elements per row.
+    pub fn row_elems(&self) -> usize {
+        self.row_elems
+    }
+
+    /// Bytes of each part of a row.
+    pub fn part_bytes(&self) -> PartSizes {
+        self.parts
+    }
+
+    /// True if a SIMD kernel is used.
+    pub fn is_simd(&self) -> bool {
+        self.simd.is_some()
+    }
+
+    fn check(&self, parts: &[&[u8]], out_len: usize) -> Result<(), EncodingError> {
+        let want = self.parts.as_slice();
+        if parts.len() != want.len() {
+            return Err(EncodingError::PartCount {
+                encoding: self.enc.name(),
+                given: parts.len(),
+                expected: want.len(),
+            });
+        }
+        for (i, (p, &w)) in parts.iter().zip(want).enumerate() {
+            if p.len() != w {
+                return Err(EncodingError::PartLength {
+                    encoding: self.enc.name(),
+                    part: i,
+                    given: p.len(),
+                    expected: w,
+                });
+            }
+        }
+        if out_len != self.row_elems {
+            return Err(EncodingError::OutputLength {
+                given: out_len,
+                expected: self.row_elems,
+            });
+        }
+        Ok(())
+    }
+
+    /// Decodes one row, given as its parts in order, into `dst` (f32).
+    pub fn decode_f32(&self, parts: &[&[u8]], dst: &mut [f32]) -> Result<(), EncodingError> {
+        self.check(parts, dst.len())?;
+        if let Some(simd) = self.simd {
+            if simd.decode_f32(&self.enc, parts, 0, dst) {
+                return Ok(());
+            }
+        }
+        self.scalar_range(parts, 0, dst);
+        Ok(())
+    }
+
+    /// Decodes one row into bfloat16 bits: the f32 value rounded to
+    /// nearest even ([`super::convert::f32_to_bf16`]).
+    pub fn decode_bf16(&self, parts: &[&[u8]], dst: &mut [u16]) -> Result<(), EncodingError> {
+        self.check(parts, dst.len())?;
+        if let Some((vbmi, t)) = &self.bf16_lut {
+            vbmi.lookup16(&t.0, &t.1, parts[0], dst);
+            return Ok(());
+        }
+        if let Some(simd) = self.simd {
+            if simd.decode_bf16(&self.enc, parts, 0, dst) {
+                return Ok(());
+            }
+        }
+        self.chunked(parts, dst, f32_to_bf16_row_scalar);
+        Ok(())
+    }
+
+    /// Decodes one row into IEEE half bits, rounded to nearest even
+    /// ([`super::convert::f32_to_f16`]).
+    pub fn decode_f16(&self, parts: &[&[u8]], dst: &mut [u16]) -> Result<(), EncodingError> {
+        self.check(parts, dst.len())?;
+        if let Some(simd) = self.simd {
+            if simd.decode_f16(&self.enc, parts, 0, dst) {
+                return Ok(());
+            }
+        }
+        self.chunked(parts, dst, f32_to_f16_row_scalar);
+        Ok(())
+    }
+
+    /// The reference path for 16-bit outputs: f32 chunks, then converted.
+    fn chunked(&self, parts: &[&[u8]], dst: &mut [u16], conv: fn(&[f32], &mut [u16])) {
+        let mut buf = [0f32; CHUNK];
+        for (k, out) in dst.chunks_mut(CHUNK).enumerate() {
+            let tmp = &mut buf[..out.len()];
+            self.scalar_range(parts, k * CHUNK, tmp);
+            conv(tmp, out);
+        }
+    }
+
+    /// The scalar reference for elements `start .. start + dst.len()` of a
+    /// checked row; `start` is a multiple of the group (CHUNK is a multiple
+    /// of every group, and the row is whole groups).
+    fn scalar_range(&self, parts: &[&[u8]], start: usize, dst: &mut [f32]) {
+        let n = dst.len();
+        match self.enc {
+            Encoding::Bf16 => {
+                for (y, b) in dst.iter_mut().zip(parts[0][2 * start..].chunks_exact(2)) {
+                    *y = bf16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+                }
+            }
+            Encoding::F16 => {
+                for (y, b) in dst.iter_mut().zip(parts[0][2 * start..].chunks_exact(2)) {
+                    *y = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+                }
+            }
+            Encoding::F32 => {
+                for (y, b) in dst.iter_mut().zip(parts[0][4 * start..].chunks_exact(4)) {
+                    *y = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+            Encoding::Fp8(Fp8Scale::PerTensor(_)) => {
+                let lut = self.lut.as_deref().expect("per-tensor FP8 has a table");
+                for (y, &q) in dst.iter_mut().zip(&parts[0][start..start + n]) {
+                    *y = lut[q as usize];
+                }
+            }
+            Encoding::Fp8(Fp8Scale::PerRow(t)) => {
+                let s = t.read(parts[1]);
+                for (y, &q) in dst.iter_mut().zip(&parts[0][start..start + n]) {
+                    *y = canon(e4m3_to_f32(q) * s);
+                }
+            }
+            Encoding::Nvfp4 { global_scale } => {
+                nvfp4_scalar(parts[0], parts[1], global_scale, start, dst)
+            }
+            Encoding::Mlx4 => mlx4_scalar(parts[0], parts[1], parts[2], start, dst),
+        }
+    }
+}
+
+/// NVFP4 reference: elements `start..start + y.len()` of a row.
+fn nvfp4_scalar(q: &[u8], scales: &[u8], g: f32, start: usize, y: &mut [f32]) {
+    for (k, blk) in y.chunks_mut(NVFP4_BLOCK).enumerate() {
+        let j0 = start + k * NVFP4_BLOCK;
+        let e = e4m3_to_f32(scales[j0 / NVFP4_BLOCK]);
+        for (i, y) in blk.iter_mut().enumerate() {
+            let j = j0 + i;
+            let c = (q[j / 2] >> (4 * (j % 2))) & 0xF;
+            *y = canon((NVFP4_VALUES[c as usize] * e) * g);
+        }
+    }
+}
+
+/// MLX affine 4-bit reference: elements `start..start + y.len()` of a row.
+fn mlx4_scalar(words: &[u8], scales: &[u8], biases: &[u8], start: usize, y: &mut [f32]) {
+    let bf = |b: &[u8], i: usize| bf16_to_f32(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]));
+    for (k, grp) in y.chunks_mut(MLX_GROUP).enumerate() {
+        let j0 = start + k * MLX_GROUP;
+        let (s, b) = (bf(scales, j0 / MLX_GROUP), bf(biases, j0 / MLX_GROUP));
+        for (i, y) in grp.iter_mut().enumerate() {
+            let j = j0 + i;
+            let w = j / 8;
+            let word = u32::from_le_bytes([
+                words[4 * w],
+                words[4 * w + 1],
+                words[4 * w + 2],
+                words[4 * w + 3],
+            ]);
+            let q = ((word >> (4 * (j % 8))) & 0xF) as f32;
+            *y = canon(s * q + b);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small LCG: random test bytes (the lab's generators are not
+    /// available to the engine's unit tests).
+    struct Rng(u64);
+
+    impl Rng {
+        fn new(seed: u64) -> Self {
+            Rng(seed)
+        }
+
+        fn fill_bytes(&mut self, out: &mut [u8]) {
+            for b in out {
+                self.0 = self
+                    .0
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                *b = (self.0 >> 56) as u8;
+            }
+        }
+    }
+
+    /// E4M3 from the definition, in f64.
+    fn e4m3_def(b: u8) -> f64 {
+        let s = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+        let e = i32::from((b >> 3) & 15);
+        let m = f64::from(b & 7);
+        match (e, b & 7) {
+            (15, 7) => f64::NAN,
+            (0, _) => s * m * 2f64.powi(-9),
+            _ => s * (1.0 + m / 8.0) * 2f64.powi(e - 7),
+        }
+    }
+
+    #[test]
+    fn e4m3_matches_definition() {
+        for b in 0..=255u8 {
+            let (got, want) = (e4m3_to_f32(b), e4m3_def(b));
+            if want.is_nan() {
+                assert_eq!(got.to_bits(), CANONICAL_NAN, "{b:#04x}");
+            } else {
+                assert_eq!(f64::from(got), want, "{b:#04x}");
+                assert_eq!(got.is_sign_negative(), b & 0x80 != 0, "sign of {b:#04x}");
+            }
+        }
+        assert_eq!(e4m3_to_f32(0x7E), 448.0);
+        assert_eq!(e4m3_to_f32(0x01), 2f32.powi(-9));
+        assert_eq!(e4m3_to_f32(0x08), 2f32.powi(-6));
+    }
+
+    fn random_parts(enc: Encoding, n: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
+        let sizes = enc.part_bytes(n).unwrap();
+        sizes
+            .as_slice()
+            .iter()
+            .map(|&len| {
+                let mut v = vec![0u8; len];
+                rng.fill_bytes(&mut v);
+                v
+            })
+            .collect()
+    }
+
+    fn encodings() -> Vec<Encoding> {
+        vec![
+            Encoding::Bf16,
+            Encoding::F16,
+            Encoding::F32,
+            Encoding::Fp8(Fp8Scale::PerTensor(2.0e-4)),
+            Encoding::Fp8(Fp8Scale::PerTensor(f32::from_bits(0x3951_b717))),
+            Encoding::Fp8(Fp8Scale::PerTensor(3.0e38)),
+            Encoding::Fp8(Fp8Scale::PerTensor(f32::INFINITY)),
+            Encoding::Fp8(Fp8Scale::PerTensor(f32::NAN)),
+            Encoding::Fp8(Fp8Scale::PerTensor(f32::from_bits(1))),
+            Encoding::Fp8(Fp8Scale::PerRow(ScaleType::Bf16)),
+            Encoding::Fp8(Fp8Scale::PerRow(ScaleType::F16)),
+            Encoding::Fp8(Fp8Scale::PerRow(ScaleType::F32)),
+            Encoding::Nvfp4 {
+                global_scale: 1.7e-3,
+            },
+            Encoding::Nvfp4 {
+                global_scale: f32::from_bits(0x7f7f_ffff),
+            },
+            Encoding::Nvfp4 {
+                global_scale: f32::INFINITY,
+            },
+            Encoding::Mlx4,
+        ]
+    }
+
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
+    #[test]
+    fn fast_equals_scalar_on_random_rows() {
+        let mut rng = Rng::new(7);
+        for enc in encodings() {
+            for n in [160usize, 32, 2560, 4096 + 64, 1, 63, 65, 129, 200] {
+                if enc.part_bytes(n).is_err() {
+                    continue;
+                }
+                let fast = EncodingDecoder::new(enc, n).unwrap();
+                let scalar = EncodingDecoder::scalar(enc, n).unwrap();
+                for _ in 0..200 {
+                    let parts = random_parts(enc, n, &mut rng);
+                    let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                    let (mut a, mut b) = (vec![0f32; n], vec![0f32; n]);
+                    fast.decode_f32(&refs, &mut a).unwrap();
+                    scalar.decode_f32(&refs, &mut b).unwrap();
+                    assert!(same_bits(&a, &b), "{enc:?} n={n}");
+                    let (mut h1, mut h2) = (vec![0u16; n], vec![0u16; n]);
+                    fast.decode_bf16(&refs, &mut h1).unwrap();
+                    for (h, &x) in h2.iter_mut().zip(&b) {
+                        *h = super::super::convert::f32_to_bf16(x);
+                    }
+                    assert_eq!(h1, h2, "bf16 {enc:?}");
+                    fast.decode_f16(&refs, &mut h1).unwrap();
+                    for (h, &x) in h2.iter_mut().zip(&b) {
+                        *h = super::super::convert::f32_to_f16(x);
+                    }
+                    assert_eq!(h1, h2, "f16 {enc:?}");
+                    if !matches!(enc, Encoding::Bf16 | Encoding::F16 | Encoding::F32) {
+                        assert!(b
+                            .iter()
+                            .all(|v| !v.is_nan() || v.to_bits() == CANONICAL_NAN));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fp8_times_bf16_scale_is_exact_so_bf16_rounds_once() {
+        // Every code times every finite bf16 scale of moderate exponent:
+        // the f32 product equals the exact (f64) product, so bf16(y) is
+        // the engines' bf16(f32(e4m3) * f32(scale)) rounded once.
+        for s_bits in (0x0080u16..0x7F00).step_by(7) {
+            let s = bf16_to_f32(s_bits);
+            for c in 0..=255u8 {
+                let e = e4m3_to_f32(c);
+                if e.is_nan() {
+                    continue;
+                }
+                let y = e * s;
+                if y.is_finite() && (y == 0.0 || y.abs() >= f32::MIN_POSITIVE) {
+                    assert_eq!(
+                        f64::from(y),
+                        f64::from(e) * f64::from(s),
+                        "{c:#04x} {s_bits:#06x}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn formulas_by_hand() {
+        // FP8: 0x38 = 1.0, 0xC0 = -2.0, 0x7F NaN, 0x80 = -0.0, 0x01 = 2^-9.
+        let d = EncodingDecoder::new(Encoding::Fp8(Fp8Scale::PerTensor(0.5)), 16).unwrap();
+        let q = [
+            0x38u8, 0xC0, 0x7F, 0x80, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x7E,
+        ];
+        let mut y = [0f32; 16];
+        d.decode_f32(&[&q], &mut y).unwrap();
+        assert_eq!(&y[..2], &[0.5, -1.0]);
+        assert_eq!(y[2].to_bits(), CANONICAL_NAN);
+        assert_eq!(y[3].to_bits(), 0x8000_0000);
+        assert_eq!(y[4], 2f32.powi(-10));
+        assert_eq!(y[15], 224.0);
+        // NVFP4: codes 1 (0.5) and 0xF (-6), block scale 0x40 (2.0),
+        // global 0.25; second block scale 0x7F (NaN); code 8 is -0.
+        let mut q = [0u8; 16];
+        q[0] = 0xF1;
+        q[1] = 0x08;
+        let s = [0x40u8, 0x7F];
+        let d = EncodingDecoder::new(Encoding::Nvfp4 { global_scale: 0.25 }, 32).unwrap();
+        let mut y = [0f32; 32];
+        d.decode_f32(&[&q, &s], &mut y).unwrap();
+        assert_eq!(&y[..3], &[0.25, -3.0, -0.0]);
+        assert_eq!(y[2].to_bits(), 0x8000_0000);
+        assert!(y[16..].iter().all(|v| v.to_bits() == CANONICAL_NAN));
+        // MLX: word 0x76543210 -> q = 0..7; scale 0.5, bias -1.
+        let mut w = [0u8; 16];
+        w[..4].copy_from_slice(&0x7654_3210u32.to_le_bytes());
+        let sc = 0x3F00u16.to_le_bytes();
+        let bi = 0xBF80u16.to_le_bytes();
+        let d = EncodingDecoder::new(Encoding::Mlx4, 32).unwrap();
+        let mut y = [0f32; 32];
+        d.decode_f32(&[&w, &sc, &bi], &mut y).unwrap();
+        for (j, &v) in y[..8].iter().enumerate() {
+            assert_eq!(v, 0.5 * j as f32 - 1.0);
+        }
+        assert_eq!(y[8], -1.0);
+    }
+
+    #[test]
+    fn lengths_are_checked() {
+        let d = EncodingDecoder::new(Encoding::Mlx4, 160).unwrap();
+        let (w, s) = (vec![0u8; 80], vec![0u8; 10]);
+        let mut y = vec![0f32; 160];
+        assert!(matches!(
+            d.decode_f32(&[&w, &s], &mut y),
+            Err(EncodingError::PartCount { .. })
+        ));
+        assert!(matches!(
+            d.decode_f32(&[&w, &s, &s[..8]], &mut y),
+            Err(EncodingError::PartLength { part: 2, .. })
+        ));
+        assert!(matches!(
+            d.decode_f32(&[&w, &s, &s], &mut y[..159]),
+            Err(EncodingError::OutputLength { .. })
+        ));
+        assert!(matches!(
+            EncodingDecoder::new(Encoding::Nvfp4 { global_scale: 1.0 }, 40),
+            Err(EncodingError::RowElems { .. })
+        ));
+    }
+}
