@@ -92,6 +92,15 @@ fi
 
 # --- libllama and the drivers -------------------------------------------------------------
 say "cmake build in $LLAMA_BUILD (-j$JOBS)"
+# A build directory configured from another clone of pleio (another checkout path) cannot be
+# reused by cmake: start it afresh rather than fail.
+if [ -f "$LLAMA_BUILD/CMakeCache.txt" ]; then
+    home="$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$LLAMA_BUILD/CMakeCache.txt")"
+    if [ "$home" != "$INTEGRATION_DIR" ]; then
+        say "the build directory was configured from $home, not $INTEGRATION_DIR: rebuilding from scratch"
+        rm -rf "$LLAMA_BUILD"
+    fi
+fi
 cmake -S "$INTEGRATION_DIR" -B "$LLAMA_BUILD" -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_SRC="$LLAMA_SRC" -DLLAMA_CURL=OFF "${capi_opt[@]}" >"$LLAMA_CACHE/configure.log" 2>&1 \
     || { cat "$LLAMA_CACHE/configure.log" >&2; fail "cmake configure"; }
