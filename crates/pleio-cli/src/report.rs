@@ -102,7 +102,8 @@ fn timing_json(t: &Timing, div: f64, unit: &str) -> Json {
 }
 
 /// A phase floor's details: `{"samples" (passes), "median_ms" (the floor),
-/// "mean_ms", "p99_ms", "steps", "extents", "bytes", "queue_depth"}`.
+/// "mean_ms", "p99_ms" (of whole passes), "steps", "extents", "bytes",
+/// "queue_depth"}`.
 pub fn phase_floor_json(f: &PhaseFloor) -> Json {
     let mut j = timing_json(&f.timing, 1e3, "ms");
     j["steps"] = json!(f.steps);

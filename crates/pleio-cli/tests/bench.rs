@@ -82,8 +82,14 @@ fn bench_writes_every_arm_as_json() {
     // The floor: a swept queue depth; per batch size a median of at least
     // 30 reads (2 batches read 15 times each), one request per extent.
     let depth = &v["floor"]["queue_depth"];
-    assert!([16, 32, 64, 128].iter().any(|d| depth == d), "{depth}");
-    assert_eq!(v["floor"]["sweep"]["depths"].as_array().unwrap().len(), 4);
+    assert!(
+        pleio_lab::floor::QUEUE_DEPTHS.iter().any(|d| depth == d),
+        "{depth}"
+    );
+    assert_eq!(
+        v["floor"]["sweep"]["depths"].as_array().unwrap().len(),
+        pleio_lab::floor::QUEUE_DEPTHS.len()
+    );
     for limit in arms.iter().filter(|a| a["strategy"] == "limit") {
         assert_eq!(limit["samples"], 30, "{limit}");
         let requests = limit["read_requests"].as_f64().unwrap();

@@ -68,7 +68,10 @@ fn demo_runs_on_a_small_table_and_reports_every_strategy() {
         .any(|a| a["strategy"] == "limit"));
     // The replay's floor, once, and each cold replay's ratio to it.
     let depth = &j["floor"]["queue_depth"];
-    assert!([16, 32, 64, 128].iter().any(|d| depth == d), "{depth}");
+    assert!(
+        pleio_lab::floor::QUEUE_DEPTHS.iter().any(|d| depth == d),
+        "{depth}"
+    );
     for phase in ["prefill", "decode"] {
         let f = &j["replay_floor"][phase];
         assert!(f["median_ms"].as_f64().unwrap() > 0.0, "{f}");

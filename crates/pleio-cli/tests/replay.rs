@@ -148,7 +148,7 @@ fn corpus_replay_is_identical_across_strategies_and_lookahead() {
 fn check_floor(j: &Json, what: &str) {
     let depth = &j["floor_sweep"]["queue_depth"];
     assert!(
-        [16, 32, 64, 128].iter().any(|d| depth == d),
+        pleio_lab::floor::QUEUE_DEPTHS.iter().any(|d| depth == d),
         "{what}: {depth}"
     );
     assert_eq!(
@@ -156,7 +156,7 @@ fn check_floor(j: &Json, what: &str) {
             .as_array()
             .unwrap()
             .len(),
-        4
+        pleio_lab::floor::QUEUE_DEPTHS.len()
     );
     for phase in ["prefill", "decode"] {
         let p = &j[phase];

@@ -29,7 +29,7 @@ use crate::bench::summary;
 use crate::random::Rng;
 
 /// Queue depths the sweep tries.
-pub const QUEUE_DEPTHS: [u32; 4] = [16, 32, 64, 128];
+pub const QUEUE_DEPTHS: [u32; 5] = [16, 32, 64, 128, 256];
 
 /// Rows per sweep batch (fewer if the table is smaller): enough extents that
 /// every depth of [`QUEUE_DEPTHS`] is filled many times over.
@@ -164,16 +164,22 @@ pub fn row_extents(t: &Rows, g: Grain, rows: &[u64]) -> Vec<Range<u64>> {
 }
 
 /// The extents each step of a phase reads cold when the phase starts with
-/// the table evicted: blocks an earlier step already read are resident and
-/// left out (as they are for the strategies, whose page cache keeps them).
+/// the table evicted: blocks on a page an earlier step touched are left out,
+/// as the page cache of the strategies that fill it holds that whole page.
 pub fn phase_extents(t: &Rows, g: Grain, steps: &[&[u64]]) -> Vec<Vec<Range<u64>>> {
-    let mut seen = FxHashSet::default();
+    let per_page = g.page / g.block;
+    let mut seen_pages = FxHashSet::default();
     steps
         .iter()
         .map(|rows| {
-            let mut blocks = blocks_of(t, g, rows);
-            blocks.retain(|&b| seen.insert(b));
-            merge(&blocks, g)
+            let blocks = blocks_of(t, g, rows);
+            let cold: Vec<u64> = blocks
+                .iter()
+                .copied()
+                .filter(|b| !seen_pages.contains(&(b / per_page)))
+                .collect();
+            seen_pages.extend(blocks.iter().map(|b| b / per_page));
+            merge(&cold, g)
         })
         .collect()
 }
@@ -190,12 +196,14 @@ pub struct PhaseFloor {
     pub bytes: u64,
     /// Queue depth used.
     pub queue_depth: u32,
-    /// Time of a whole pass, over the passes (`median_us` is the floor).
+    /// `median_us`: the floor, the sum over steps of each step's median
+    /// time over the passes; `mean_us` and `p99_us`: of whole passes;
+    /// `samples`: passes.
     pub timing: Timing,
 }
 
 impl PhaseFloor {
-    /// The floor time: the median pass.
+    /// The floor time (`timing.median_us`).
     pub fn time(&self) -> Duration {
         Duration::from_secs_f64(self.timing.median_us / 1e6)
     }
@@ -325,35 +333,49 @@ impl Floor {
     }
 
     /// The floor of a replay phase that starts with the table evicted:
-    /// each step's cold extents ([`phase_extents`]) read in step order, a
-    /// whole pass timed, [`PHASE_PASSES`] passes ([`LONG_PHASE_PASSES`] when
-    /// a pass takes over [`LONG_PASS`]).
+    /// each step's cold extents ([`phase_extents`]) read in step order,
+    /// [`PHASE_PASSES`] passes ([`LONG_PHASE_PASSES`] when a pass takes over
+    /// [`LONG_PASS`]). The floor is the sum over steps of each step's median
+    /// over the passes: one slow read moves one step's sample, not the sum.
     pub fn phase(&self, steps: &[&[u64]]) -> Result<PhaseFloor, IoError> {
         let per_step = phase_extents(&self.table, self.grain, steps);
+        let mut step_us: Vec<Vec<f64>> = vec![Vec::with_capacity(PHASE_PASSES); steps.len()];
         let mut passes: Vec<f64> = Vec::with_capacity(PHASE_PASSES);
         let mut want = PHASE_PASSES;
         let mut stats = ReadStats::default();
         while passes.len() < want {
-            let t0 = Instant::now();
             let mut pass = ReadStats::default();
-            for ext in per_step.iter().filter(|e| !e.is_empty()) {
-                let s = self.read(ext)?;
-                pass.requests += s.requests;
-                pass.bytes += s.bytes;
+            let mut total = 0.0;
+            for (ext, us) in per_step.iter().zip(&mut step_us) {
+                let t0 = Instant::now();
+                if !ext.is_empty() {
+                    let s = self.read(ext)?;
+                    pass.requests += s.requests;
+                    pass.bytes += s.bytes;
+                }
+                let took = t0.elapsed().as_secs_f64() * 1e6;
+                us.push(took);
+                total += took;
             }
-            let took = t0.elapsed();
-            if passes.is_empty() && took > LONG_PASS {
+            if passes.is_empty() && total > LONG_PASS.as_secs_f64() * 1e6 {
                 want = LONG_PHASE_PASSES;
             }
-            passes.push(took.as_secs_f64() * 1e6);
+            passes.push(total);
             stats = pass;
         }
+        let floor_us: f64 = step_us.iter_mut().map(|us| summary(us).1).sum();
+        let (mean_us, _, p99_us) = summary(&mut passes);
         Ok(PhaseFloor {
             steps: steps.len(),
             extents: stats.requests,
             bytes: stats.bytes,
             queue_depth: self.queue_depth(),
-            timing: Timing::of(&mut passes),
+            timing: Timing {
+                samples: passes.len(),
+                mean_us,
+                median_us: floor_us,
+                p99_us,
+            },
         })
     }
 }
@@ -422,6 +444,19 @@ mod tests {
         assert_eq!(
             phase_extents(&t, PAGES, &steps),
             vec![vec![p(1, 3), p(19, 21)], vec![p(3, 5)], vec![]]
+        );
+        // In blocks: row 1's blocks on page 2 are left out with the page.
+        let b = |a: u64, z: u64| a * 512..z * 512;
+        assert_eq!(
+            phase_extents(&t, BLOCKS, &steps[..2]),
+            vec![vec![b(8, 23), b(152, 167)], vec![b(24, 37)]]
+        );
+        // Small rows: row 40 shares page 0 with row 3, read before.
+        let q = table(0, 90);
+        let steps: [&[u64]; 3] = [&[3], &[40, 46], &[3, 40]];
+        assert_eq!(
+            phase_extents(&q, BLOCKS, &steps),
+            vec![vec![b(0, 1)], vec![b(8, 9)], vec![]]
         );
     }
 }

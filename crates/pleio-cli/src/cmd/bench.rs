@@ -27,7 +27,7 @@ macro_rules! outln {
 /// Measure gather latency of every strategy, cold and warm, against the
 /// device floor (`limit`: the same batches' distinct extents, contiguous
 /// pages merged, read with O_DIRECT at the queue depth a short sweep of
-/// 16/32/64/128 finds fastest; its figure is a median of at least 30 reads).
+/// 16/32/64/128/256 finds fastest; its figure is a median of at least 30 reads).
 ///
 /// Cold arms evict the table's byte range before each batch (checked with
 /// mincore); warm arms repeat the same rows with the table resident. Every

@@ -248,7 +248,7 @@ fn latency_json(l: Option<Latency>) -> Json {
     )
 }
 
-/// A phase's figures; with its floor, `floor_ms` (the median pass),
+/// A phase's figures; with its floor, `floor_ms` (the floor time),
 /// `floor_tokens_per_s`, `ratio_to_floor` (gather over floor time) and the
 /// floor's details under `floor` (all `null` without).
 fn phase_json(p: &PhaseReport, floor: Option<&PhaseFloor>) -> Json {
@@ -270,7 +270,7 @@ fn phase_json(p: &PhaseReport, floor: Option<&PhaseFloor>) -> Json {
     j
 }
 
-/// Sets a phase's `floor_ms` (the median pass), `floor_tokens_per_s`,
+/// Sets a phase's `floor_ms` (the floor time), `floor_tokens_per_s`,
 /// `ratio_to_floor` (its `gather_ms` over the floor's) and `floor` (the
 /// details), all `null` without a floor.
 fn add_floor(phase: &mut Json, floor: Option<&PhaseFloor>) {
@@ -391,7 +391,7 @@ fn mean(xs: impl Iterator<Item = f64>) -> f64 {
 fn floor_text(p: &PhaseReport, f: Option<&PhaseFloor>) -> String {
     let Some(f) = f else { return String::new() };
     format!(
-        "; device floor {} ({:.1} ms, median of {} passes, mean {:.1} p99 {:.1}; {} extents at queue depth {}), PLE {}",
+        "; device floor {} ({:.1} ms: per step the median of {} passes; whole pass mean {:.1} p99 {:.1} ms; {} extents at queue depth {}), PLE {}",
         f.tokens_per_s(p.tokens)
             .map_or_else(|| "n/a".into(), |r| format!("{r:.0} tokens/s")),
         f.timing.median_us / 1e3,
