@@ -38,8 +38,17 @@ pub const SWEEP_ROWS: usize = 1024;
 /// Timed batches per depth in the sweep (each on fresh random rows).
 pub const SWEEP_ROUNDS: usize = 8;
 
-/// Passes over a replay phase's extents; the phase floor is their median.
+/// Passes over a replay phase's extents at least; the phase floor is the
+/// sum of each step's median over them.
 pub const PHASE_PASSES: usize = 5;
+
+/// Short phases get more passes, until their passes have taken this long
+/// (at most [`MAX_PHASE_PASSES`]): a median over more passes moves less
+/// between runs.
+pub const PHASE_BUDGET: Duration = Duration::from_secs(4);
+
+/// The most passes a phase gets.
+pub const MAX_PHASE_PASSES: usize = 15;
 
 /// Passes when one pass takes longer than [`LONG_PASS`].
 pub const LONG_PHASE_PASSES: usize = 3;
@@ -334,15 +343,18 @@ impl Floor {
 
     /// The floor of a replay phase that starts with the table evicted:
     /// each step's cold extents ([`phase_extents`]) read in step order,
-    /// [`PHASE_PASSES`] passes ([`LONG_PHASE_PASSES`] when a pass takes over
-    /// [`LONG_PASS`]). The floor is the sum over steps of each step's median
-    /// over the passes: one slow read moves one step's sample, not the sum.
+    /// [`PHASE_PASSES`] passes, more while they have taken less than
+    /// [`PHASE_BUDGET`] (at most [`MAX_PHASE_PASSES`]), or
+    /// [`LONG_PHASE_PASSES`] when the first takes over [`LONG_PASS`]. The
+    /// floor is the sum over steps of each step's median over the passes:
+    /// one slow read moves one step's sample, not the sum.
     pub fn phase(&self, steps: &[&[u64]]) -> Result<PhaseFloor, IoError> {
         let per_step = phase_extents(&self.table, self.grain, steps);
         let mut step_us: Vec<Vec<f64>> = vec![Vec::with_capacity(PHASE_PASSES); steps.len()];
         let mut passes: Vec<f64> = Vec::with_capacity(PHASE_PASSES);
         let mut want = PHASE_PASSES;
         let mut stats = ReadStats::default();
+        let mut spent = 0.0;
         while passes.len() < want {
             let mut pass = ReadStats::default();
             let mut total = 0.0;
@@ -361,6 +373,14 @@ impl Floor {
                 want = LONG_PHASE_PASSES;
             }
             passes.push(total);
+            spent += total;
+            if passes.len() == want
+                && want >= PHASE_PASSES
+                && want < MAX_PHASE_PASSES
+                && spent < PHASE_BUDGET.as_secs_f64() * 1e6
+            {
+                want += 1;
+            }
             stats = pass;
         }
         let floor_us: f64 = step_us.iter_mut().map(|us| summary(us).1).sum();
