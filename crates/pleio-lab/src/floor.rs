@@ -375,8 +375,7 @@ impl Floor {
             passes.push(total);
             spent += total;
             if passes.len() == want
-                && want >= PHASE_PASSES
-                && want < MAX_PHASE_PASSES
+                && (PHASE_PASSES..MAX_PHASE_PASSES).contains(&want)
                 && spent < PHASE_BUDGET.as_secs_f64() * 1e6
             {
                 want += 1;
