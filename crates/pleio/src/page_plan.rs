@@ -218,7 +218,7 @@ impl Planner {
         let page = self.page.max(1);
         self.merged
             .iter()
-            .map(|r| ceil_to(r.end, page) / page - r.start / page)
+            .map(|r| r.end.div_ceil(page) - r.start / page)
             .sum()
     }
 }
@@ -261,6 +261,32 @@ mod tests {
         assert_eq!(s.rows, 1);
         assert_eq!(p.runs(), &[0..2 * P]);
         assert_eq!(p.distinct_pages(), 2);
+    }
+
+    /// Found by the `page_plan` fuzz target: a run ending in the last,
+    /// partial page of the address space was counted one page short
+    /// (rounding its end up to a page saturated).
+    #[test]
+    fn counts_the_last_partial_page_of_the_address_space() {
+        const BIG: u64 = 1 << 16;
+        let span = RowSpan {
+            offset: 16_777_215,
+            row_bytes: u64::MAX - 16_777_215,
+            n_rows: u64::MAX,
+        };
+        let start = 18_446_743_579_788_312_575 / BIG * BIG;
+        let r = vec![start..u64::MAX];
+        let b = Bounds {
+            page: BIG,
+            lazy: 255..18_446_744_073_709_551_360,
+            file_len: u64::MAX,
+            retained: &r,
+        };
+        let (mut p, s) = plan(span, &[0], &b);
+        assert_eq!(s.rows, 1);
+        let end = 18_446_744_073_709_551_360;
+        assert_eq!(p.runs(), &[start..end]);
+        assert_eq!(p.distinct_pages(), end.div_ceil(BIG) - start / BIG);
     }
 
     #[test]
