@@ -22,6 +22,7 @@
 mod error;
 mod output;
 
+pub mod cache;
 pub mod checkpoint;
 pub mod fetch;
 pub mod gguf;
@@ -40,6 +41,7 @@ pub mod sys;
 #[cfg(feature = "tokenizer")]
 pub mod tokenizer;
 
+pub use cache::CachePolicy;
 pub use error::{Error, ErrorKind, Result};
 pub use fetch::{GatherStats, GatherTotals, Strategy, Table};
 pub use layout::{Layout, RowId};

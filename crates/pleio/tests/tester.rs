@@ -30,6 +30,15 @@ fn sources() -> Vec<(&'static str, Fixture)> {
             "gemma4 Q5_K (7392-byte rows, every one spans 2-3 pages)",
             Fixture::of_spec(&SynthSpec::gemma(GgmlType::Q5_K, 300, 42, 13)),
         ),
+        (
+            "qwen4exp IQ4_NL, row cache of 64 KiB (a few hundred rows: every batch evicts)",
+            Fixture::qwen(6000, 14).with_cache_budget(64 << 10),
+        ),
+        (
+            "gemma4 Q5_K, row cache of 64 KiB (a handful of rows)",
+            Fixture::of_spec(&SynthSpec::gemma(GgmlType::Q5_K, 300, 42, 15))
+                .with_cache_budget(64 << 10),
+        ),
     ]
 }
 

@@ -56,7 +56,7 @@ pub(super) const PROBE: usize = 8;
 
 impl Table {
     /// The residency bitmap, created on first use.
-    fn residency(&self) -> &Residency {
+    pub(super) fn residency(&self) -> &Residency {
         let t = &self.shared.table;
         self.shared.residency.get_or_init(|| {
             let page = self

@@ -155,10 +155,10 @@ impl Backends {
 #[derive(Default)]
 pub(super) struct Scratch {
     /// (row id, index in the request), sorted by row.
-    order: Vec<(u64, usize)>,
+    pub(super) order: Vec<(u64, usize)>,
     /// Distinct rows, ascending.
-    uniq: Vec<u64>,
-    reads: RowReads,
+    pub(super) uniq: Vec<u64>,
+    pub(super) reads: RowReads,
     staging: Vec<u8>,
 }
 

@@ -13,17 +13,24 @@
 //!   no mapping touched (a truncated file is an error, never SIGBUS);
 //! - `auto` ([`auto`]): resident rows mapped, rows believed cold read
 //!   through io_uring, residency tracked by a per-table page bitmap
-//!   ([`known_pages`]) that re-arms itself on an eviction signature.
+//!   ([`known_pages`]) that re-arms itself on an eviction signature;
+//! - `cached` ([`cached`]): a budgeted row cache in pleio's own memory
+//!   ([`crate::cache`]), misses read with `O_DIRECT`;
+//! - [`warm`]: prewarming the row cache or the page cache from a profile.
 //!
 //! On any error the caller's output is untouched: every strategy reads all
 //! of a batch's bytes before it writes the output.
 
 mod auto;
+mod cached;
 mod direct;
 mod known_pages;
 mod totals;
+mod warm;
 
+pub use cached::DEFAULT_BUDGET;
 pub use totals::GatherTotals;
+pub use warm::{rank_by_frequency, WarmReport};
 
 use std::cell::RefCell;
 use std::fmt;
@@ -31,6 +38,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 
+use crate::cache::{CacheCounters, CachePolicy, Sizing};
 use crate::error::Error;
 use crate::io::IoError;
 use crate::layout::{Layout, RowId, TableError};
@@ -70,6 +78,11 @@ pub enum Strategy {
     /// Rows pleio knows resident are decoded straight from the mapping (no
     /// system call); only rows believed cold are read through `Uring`.
     Auto,
+    /// A row cache in pleio's own memory, within the handle's byte budget
+    /// ([`Table::with_budget`]): hits are decoded from it, misses read with
+    /// `O_DIRECT` (nothing enters the page cache) and stored as their stored
+    /// bytes.
+    Cached,
 }
 
 impl Strategy {
@@ -82,6 +95,7 @@ impl Strategy {
         Strategy::UringDirect,
         Strategy::Pool,
         Strategy::Auto,
+        Strategy::Cached,
     ];
 
     /// The name used on the command line.
@@ -94,6 +108,7 @@ impl Strategy {
             Strategy::UringDirect => "uring-direct",
             Strategy::Pool => "pool",
             Strategy::Auto => "auto",
+            Strategy::Cached => "cached",
         }
     }
 
@@ -265,6 +280,47 @@ pub struct GatherStats {
     /// confirmed pages had been evicted behind pleio's back, so the
     /// residency bitmap was reset and those rows were read as cold.
     pub rearmed: bool,
+    /// `cached` only: distinct rows of the gather served from the row cache
+    /// (a row another gather was reading at the time counts here once it
+    /// arrives: it was read once, for both).
+    pub cache_hits: u64,
+    /// `cached` only: distinct rows read from the device (with `O_DIRECT`,
+    /// [`GatherStats::read_bytes`] is then what the device delivered).
+    pub cache_misses: u64,
+    /// `cached` only: rows evicted from the cache to make room.
+    pub cache_evictions: u64,
+    /// `cached` only: bytes of rows in the cache after the gather.
+    pub cache_bytes: Option<u64>,
+}
+
+impl GatherStats {
+    /// Adds the counters of `o` (for totals over many gathers); `pages`,
+    /// `major_faults` and `cache_bytes` take the later value, flags are
+    /// or-ed.
+    pub fn add(&mut self, o: &GatherStats) {
+        let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self.rows += o.rows;
+        self.bytes += o.bytes;
+        self.pages = sum(self.pages, o.pages);
+        self.runs_advised += o.runs_advised;
+        self.advice_syscalls += o.advice_syscalls;
+        self.advice_failures += o.advice_failures;
+        self.major_faults = sum(self.major_faults, o.major_faults);
+        self.cold_rows += o.cold_rows;
+        self.found_resident += o.found_resident;
+        self.read_requests += o.read_requests;
+        self.read_bytes += o.read_bytes;
+        self.backend = o.backend.or(self.backend);
+        self.fallback |= o.fallback;
+        self.rearmed |= o.rearmed;
+        self.cache_hits += o.cache_hits;
+        self.cache_misses += o.cache_misses;
+        self.cache_evictions += o.cache_evictions;
+        self.cache_bytes = o.cache_bytes.or(self.cache_bytes);
+    }
 }
 
 /// Per-thread reusable planning storage, so a warm gather allocates nothing.
@@ -343,6 +399,7 @@ pub struct Table {
     advisor: Arc<dyn Advisor>,
     strategy: Strategy,
     detailed: bool,
+    cache: Arc<cached::CacheCell>,
 }
 
 impl fmt::Debug for Table {
@@ -409,6 +466,10 @@ impl Table {
             advisor: sys::os_advisor(),
             strategy: Strategy::default(),
             detailed: false,
+            cache: Arc::new(cached::CacheCell::new(
+                DEFAULT_BUDGET,
+                CachePolicy::default(),
+            )),
         };
         if let Some(m) = reader.mapping() {
             // A table outside its file is reported by the gather, row by row.
@@ -440,6 +501,71 @@ impl Table {
     /// The strategy [`Table::gather`] uses.
     pub fn strategy(&self) -> Strategy {
         self.strategy
+    }
+
+    /// Gives this handle (and clones made from it afterwards) its own row
+    /// cache for [`Strategy::Cached`], holding at most `bytes` of memory:
+    /// the row slots, their bookkeeping and the staging the reads that fill
+    /// them use. Made on first use; without this call a handle's cache has
+    /// [`DEFAULT_BUDGET`]. A budget too small for the staging of one read
+    /// plus one row is an error ([`crate::ErrorKind::Setup`]) naming the
+    /// smallest that works.
+    pub fn with_budget(mut self, bytes: u64) -> Result<Table, Error> {
+        let policy = self.cache.policy;
+        // The alignment is known once the file is opened for O_DIRECT; the
+        // check here assumes the common worst case (4096) and the cache
+        // checks again when it is made.
+        let rb = usize::try_from(self.row_bytes()).unwrap_or(usize::MAX);
+        Sizing::for_budget(bytes, rb, 4096, policy).map_err(|e| {
+            self.locate(GatherError::Setup {
+                backend: "cached",
+                reason: e.to_string(),
+            })
+        })?;
+        self.cache = Arc::new(cached::CacheCell::new(bytes, policy));
+        Ok(self)
+    }
+
+    /// Uses `policy` to pick rows to evict from this handle's row cache (a
+    /// new, empty cache with the same budget; default [`CachePolicy::Sieve`]).
+    pub fn with_cache_policy(mut self, policy: CachePolicy) -> Table {
+        self.cache = Arc::new(cached::CacheCell::new(self.cache.budget, policy));
+        self
+    }
+
+    /// The row cache's budget in bytes.
+    pub fn cache_budget(&self) -> u64 {
+        self.cache.budget
+    }
+
+    /// The row cache's eviction policy.
+    pub fn cache_policy(&self) -> CachePolicy {
+        self.cache.policy
+    }
+
+    /// What the row cache holds and has evicted so far (`None` until a
+    /// [`Strategy::Cached`] gather made it).
+    pub fn cache_counters(&self) -> Option<CacheCounters> {
+        self.cache.made().map(|c| c.cache.counters())
+    }
+
+    /// Bytes the row cache has allocated (slots, bookkeeping and staging),
+    /// at most its budget; 0 until it is made.
+    pub fn cache_allocated_bytes(&self) -> u64 {
+        self.cache.made().map_or(0, |c| c.cache.allocated_bytes())
+    }
+
+    /// True if `row` is in the row cache now.
+    pub fn is_cached(&self, row: u64) -> bool {
+        self.cache.made().is_some_and(|c| c.cache.contains(row))
+    }
+
+    /// Empties the row cache (its memory stays allocated for reuse): the
+    /// next [`Strategy::Cached`] gathers start cold.
+    pub fn clear_cache(&self) {
+        if let Some(c) = self.cache.made() {
+            c.cache.clear();
+        }
     }
 
     /// Forgets which pages `auto` believes resident, so its next gathers
@@ -637,6 +763,7 @@ impl Table {
                 self.gather_direct(direct::Kind::UringDirect, rows, out, &mut stats)?
             }
             Strategy::Pool => self.gather_direct(direct::Kind::Pool, rows, out, &mut stats)?,
+            Strategy::Cached => self.gather_cached(rows, out, &mut stats)?,
         }
         if let Some(before) = faults_before {
             stats.major_faults = sys::thread_major_faults().map(|now| now.saturating_sub(before));

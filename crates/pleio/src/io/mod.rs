@@ -35,7 +35,7 @@ use std::path::PathBuf;
 pub use pool::{PoolBackend, PoolConfig};
 pub use pread::PreadBackend;
 pub use spans::{PlanError, ReadPlan, RowReads, Span};
-pub use uring::{UringBackend, UringConfig};
+pub use uring::{Extent, UringBackend, UringConfig};
 
 /// Errors from reading a plan. Each message includes its cause (the OS
 /// error), which `source()` does not return again, so a printed error
@@ -89,6 +89,17 @@ pub enum IoError {
         path: PathBuf,
         /// Why.
         reason: String,
+    },
+    /// An `O_DIRECT` read was asked for at an offset, length or buffer
+    /// address that is not a multiple of the alignment.
+    #[error("O_DIRECT read of {len} bytes at offset {offset} is not aligned to {align} bytes")]
+    Misaligned {
+        /// File offset of the read.
+        offset: u64,
+        /// Its length.
+        len: usize,
+        /// The alignment required.
+        align: usize,
     },
     /// The OS refused a setup step (ring submission, thread creation).
     #[error("{what}: {error}")]

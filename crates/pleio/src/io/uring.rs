@@ -231,7 +231,71 @@ impl UringBackend {
         Ok(stats)
     }
 
-    fn file_len(&self) -> Result<u64, IoError> {
+    /// Reads `extents` straight into `dst`, back to back (extent k lands
+    /// right after extent k-1), with no intermediate buffer: the way to fill
+    /// caller-owned, budgeted staging with `O_DIRECT`. Each extent's offset
+    /// and length, and `dst`'s address, must be multiples of
+    /// [`alignment`](UringBackend::alignment) (any values when buffered);
+    /// at least `want` bytes of each must arrive (fewer than `len` only at
+    /// the end of the file). Misaligned input is [`IoError::Misaligned`].
+    pub fn read_into(&self, extents: &[Extent], dst: &mut [u8]) -> Result<ReadStats, IoError> {
+        let a = self.align;
+        let need = extents
+            .iter()
+            .try_fold(0usize, |n, e| n.checked_add(e.len))
+            .ok_or(IoError::Staging {
+                need: usize::MAX,
+                got: dst.len(),
+            })?;
+        if dst.len() < need {
+            return Err(IoError::Staging {
+                need,
+                got: dst.len(),
+            });
+        }
+        if !(dst.as_ptr() as usize).is_multiple_of(a) {
+            return Err(IoError::Misaligned {
+                offset: 0,
+                len: need,
+                align: a,
+            });
+        }
+        if let Some(e) = extents.iter().find(|e| {
+            !e.offset.is_multiple_of(a as u64) || !e.len.is_multiple_of(a) || e.want > e.len
+        }) {
+            return Err(IoError::Misaligned {
+                offset: e.offset,
+                len: e.len,
+                align: a,
+            });
+        }
+        let max = (self.cfg.max_read_bytes.clamp(1, MAX_READ) / a).max(1) * a;
+        let mut ops = Vec::with_capacity(extents.len());
+        let mut rest = &mut dst[..need];
+        for e in extents {
+            let (mut buf, tail) = std::mem::take(&mut rest).split_at_mut(e.len);
+            rest = tail;
+            let mut offset = e.offset;
+            let need_end = e.offset + e.want as u64;
+            while !buf.is_empty() {
+                let n = buf.len().min(max);
+                let (head, t) = std::mem::take(&mut buf).split_at_mut(n);
+                let want = need_end.saturating_sub(offset).min(n as u64) as usize;
+                ops.push(Op {
+                    offset,
+                    buf: head,
+                    want,
+                });
+                offset += n as u64;
+                buf = t;
+            }
+        }
+        let mut state = self.lock();
+        self.run(&mut state.ring, &mut ops, a)
+    }
+
+    /// The file's length now.
+    pub fn file_len(&self) -> Result<u64, IoError> {
         self.file
             .metadata()
             .map(|m| m.len())
@@ -360,6 +424,19 @@ impl ReadBackend for UringBackend {
             self.read_buffered(plan, staging)
         }
     }
+}
+
+/// One read of [`UringBackend::read_into`]: `len` bytes of the file at
+/// `offset`, of which at least `want` must arrive (the rest is alignment
+/// slack that may lie past the end of the file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// File offset.
+    pub offset: u64,
+    /// Bytes to read.
+    pub len: usize,
+    /// Bytes that must arrive (at most `len`).
+    pub want: usize,
 }
 
 /// Largest queue depth accepted (the ring is sized to it).

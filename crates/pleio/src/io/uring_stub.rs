@@ -27,6 +27,17 @@ impl Default for UringConfig {
     }
 }
 
+/// One read of [`UringBackend::read_into`] (see the Linux implementation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// File offset.
+    pub offset: u64,
+    /// Bytes to read.
+    pub len: usize,
+    /// Bytes that must arrive.
+    pub want: usize,
+}
+
 /// Uninhabited on this OS: [`UringBackend::open`] always fails.
 #[derive(Debug)]
 pub enum UringBackend {}
@@ -56,6 +67,16 @@ impl UringBackend {
 
     /// Never called (no value exists).
     pub fn alignment(&self) -> usize {
+        match *self {}
+    }
+
+    /// Never called (no value exists).
+    pub fn read_into(&self, _extents: &[Extent], _dst: &mut [u8]) -> Result<ReadStats, IoError> {
+        match *self {}
+    }
+
+    /// Never called (no value exists).
+    pub fn file_len(&self) -> Result<u64, IoError> {
         match *self {}
     }
 

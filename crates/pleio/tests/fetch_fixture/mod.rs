@@ -19,6 +19,9 @@ pub struct Fixture {
     pub file: tempfile::NamedTempFile,
     pub model: Arc<Model>,
     pub table: Layout,
+    /// Row cache budget of the readers made by [`Fixture::reader`] (the
+    /// library default when `None`).
+    pub cache_budget: Option<u64>,
 }
 
 impl Fixture {
@@ -49,12 +52,27 @@ impl Fixture {
         spec.write(f, &mut |_| {}).unwrap();
         let model = Arc::new(Model::open(file.path()).unwrap());
         let table = Layout::of_ple(&model).unwrap();
-        Fixture { file, model, table }
+        Fixture {
+            file,
+            model,
+            table,
+            cache_budget: None,
+        }
+    }
+
+    /// Readers made from this fixture get a row cache of `bytes`.
+    pub fn with_cache_budget(mut self, bytes: u64) -> Fixture {
+        self.cache_budget = Some(bytes);
+        self
     }
 
     /// A reader over the model (default OS advisor).
     pub fn reader(&self) -> Table {
-        Table::from_model(self.model.clone()).unwrap()
+        let t = Table::from_model(self.model.clone()).unwrap();
+        match self.cache_budget {
+            Some(b) => t.with_budget(b).unwrap(),
+            None => t,
+        }
     }
 
     /// File length.

@@ -1,0 +1,216 @@
+//! A fixed-size map from row ids to slot numbers over a caller's key array:
+//! open addressing with linear probing and backward-shift deletion,
+//! allocated once.
+//!
+//! The row cache needs its memory known before it holds a single row, so
+//! this table never grows: it is sized for a maximum number of entries when
+//! built ([`Index::bytes_for`]) with the load at most 3/4. A bucket holds
+//! only a slot number (4 bytes); the row id is the caller's `keys[slot]`,
+//! which the cache keeps anyway to know what it evicts.
+
+/// Marks an empty bucket.
+const EMPTY: u32 = u32::MAX;
+
+/// Row id -> slot for at most `capacity` entries, keys in `keys[slot]`.
+#[derive(Debug, Clone)]
+pub(crate) struct Index {
+    buckets: Vec<u32>,
+    len: usize,
+    capacity: usize,
+}
+
+/// The bucket count for `capacity` entries (load at most 3/4).
+fn buckets_for(capacity: usize) -> usize {
+    (capacity.saturating_mul(4) / 3 + 1).max(2)
+}
+
+/// A 64-bit multiplicative hash (Fibonacci hashing); the top bits are the
+/// best mixed.
+#[inline]
+pub(crate) fn mix(key: u64) -> u64 {
+    (key ^ (key >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+impl Index {
+    /// An empty index for at most `capacity` entries.
+    pub(crate) fn new(capacity: usize) -> Index {
+        Index {
+            buckets: vec![EMPTY; buckets_for(capacity)],
+            len: 0,
+            capacity,
+        }
+    }
+
+    /// Bytes an index for `capacity` entries allocates.
+    pub(crate) fn bytes_for(capacity: usize) -> u64 {
+        buckets_for(capacity) as u64 * 4
+    }
+
+    #[inline]
+    fn home(&self, key: u64) -> usize {
+        // The top 32 bits of the hash scaled to the table size (no power
+        // of two needed).
+        (((mix(key) >> 32) * self.buckets.len() as u64) >> 32) as usize
+    }
+
+    #[inline]
+    fn step(&self, i: usize) -> usize {
+        if i + 1 == self.buckets.len() {
+            0
+        } else {
+            i + 1
+        }
+    }
+
+    /// The slot of `key`, if present.
+    #[inline]
+    pub(crate) fn get(&self, key: u64, keys: &[u64]) -> Option<u32> {
+        let mut i = self.home(key);
+        loop {
+            let s = self.buckets[i];
+            if s == EMPTY {
+                return None;
+            }
+            if keys[s as usize] == key {
+                return Some(s);
+            }
+            i = self.step(i);
+        }
+    }
+
+    /// Adds `key -> slot` (`key` absent, `keys[slot] == key`). Returns
+    /// false (and changes nothing) if the index is full.
+    pub(crate) fn insert(&mut self, key: u64, slot: u32, keys: &[u64]) -> bool {
+        debug_assert_eq!(keys[slot as usize], key);
+        if self.len >= self.capacity {
+            return false;
+        }
+        let mut i = self.home(key);
+        while self.buckets[i] != EMPTY {
+            i = self.step(i);
+        }
+        self.buckets[i] = slot;
+        self.len += 1;
+        true
+    }
+
+    /// Removes `key` (with `keys` still holding it), returning its slot.
+    pub(crate) fn remove(&mut self, key: u64, keys: &[u64]) -> Option<u32> {
+        let n = self.buckets.len();
+        let mut i = self.home(key);
+        loop {
+            let s = self.buckets[i];
+            if s == EMPTY {
+                return None;
+            }
+            if keys[s as usize] == key {
+                break;
+            }
+            i = self.step(i);
+        }
+        let slot = self.buckets[i];
+        // Backward-shift: pull later members of the probe run into the hole
+        // so lookups never need tombstones.
+        let mut hole = i;
+        let mut j = self.step(i);
+        loop {
+            let s = self.buckets[j];
+            if s == EMPTY {
+                break;
+            }
+            let home = self.home(keys[s as usize]);
+            // The entry at `j` may move to `hole` unless its home lies in
+            // (hole, j] (cyclically).
+            let dist_home = (j + n - home) % n;
+            let dist_hole = (j + n - hole) % n;
+            if dist_home >= dist_hole {
+                self.buckets[hole] = s;
+                hole = j;
+            }
+            j = self.step(j);
+        }
+        self.buckets[hole] = EMPTY;
+        self.len -= 1;
+        Some(slot)
+    }
+
+    /// Entries held.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Forgets every entry (keeps the allocation).
+    pub(crate) fn clear(&mut self) {
+        self.buckets.fill(EMPTY);
+        self.len = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn agrees_with_a_hash_map_under_churn() {
+        let cap = 300;
+        let mut ix = Index::new(cap);
+        // Slot -> key, as the cache keeps it; free slots are reused.
+        let mut keys = vec![u64::MAX; cap];
+        let mut free: Vec<u32> = (0..cap as u32).rev().collect();
+        let mut model: HashMap<u64, u32> = HashMap::new();
+        let mut x = 12345u64;
+        for _ in 0..50_000u32 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Keys from a small range so inserts, hits and removes all
+            // happen, many consecutive to exercise probe runs.
+            let key = (x >> 33) % 700;
+            match x >> 62 {
+                0 | 1 => {
+                    if model.contains_key(&key) {
+                        continue;
+                    }
+                    match free.pop() {
+                        Some(slot) => {
+                            keys[slot as usize] = key;
+                            assert!(ix.insert(key, slot, &keys));
+                            model.insert(key, slot);
+                        }
+                        None => assert_eq!(model.len(), cap),
+                    }
+                }
+                2 => {
+                    let got = ix.remove(key, &keys);
+                    assert_eq!(got, model.remove(&key));
+                    if let Some(slot) = got {
+                        keys[slot as usize] = u64::MAX;
+                        free.push(slot);
+                    }
+                }
+                _ => assert_eq!(ix.get(key, &keys), model.get(&key).copied()),
+            }
+            assert_eq!(ix.len(), model.len());
+        }
+        for (&k, &v) in &model {
+            assert_eq!(ix.get(k, &keys), Some(v));
+        }
+        // Full: one more is refused.
+        let mut ix = Index::new(2);
+        let keys = [10u64, 11, 12];
+        assert!(ix.insert(10, 0, &keys) && ix.insert(11, 1, &keys));
+        assert!(!ix.insert(12, 2, &keys));
+        ix.clear();
+        assert_eq!((ix.len(), ix.get(10, &keys)), (0, None));
+    }
+
+    #[test]
+    fn size_is_known_before_use() {
+        for cap in [0usize, 1, 2, 3, 100, 1000, 12345] {
+            let ix = Index::new(cap);
+            assert_eq!(Index::bytes_for(cap), ix.buckets.len() as u64 * 4);
+            assert!(ix.buckets.len() * 3 >= cap * 4, "load at most 3/4");
+        }
+    }
+}
