@@ -554,6 +554,29 @@ mod tests {
     }
 
     #[test]
+    fn bytes_for_matches_the_allocations() {
+        for &p in CachePolicy::ALL {
+            for cap in [0usize, 1, 10, 1000] {
+                let got = match Order::new(p, cap) {
+                    Order::Lru(o) => (o.links.prev.len() + o.links.next.len()) as u64 * 4,
+                    Order::Clock(o) => o.bits.len() as u64,
+                    Order::Sieve(o) => {
+                        (o.links.prev.len() + o.links.next.len()) as u64 * 4
+                            + o.visited.len() as u64
+                    }
+                    Order::S3Fifo(o) => {
+                        (o.links.prev.len() + o.links.next.len()) as u64 * 4
+                            + o.meta.len() as u64
+                            + o.ghost.ring.len() as u64 * 8
+                            + Index::bytes_for(o.ghost.ring.len())
+                    }
+                };
+                assert_eq!(got, Order::bytes_for(p, cap), "{p} {cap}");
+            }
+        }
+    }
+
+    #[test]
     fn names_round_trip() {
         for &p in CachePolicy::ALL {
             assert_eq!(p.name().parse::<CachePolicy>(), Ok(p));

@@ -1,0 +1,216 @@
+//! The `cached` strategy beyond its bytes (which the one tester checks):
+//! it stays within its budget, reads a row other gathers are waiting for
+//! once, serves hits from its own memory, leaves the page cache alone,
+//! prewarms, and refuses a budget it cannot keep.
+
+mod fetch_fixture;
+
+use std::sync::{Arc, Barrier};
+
+use fetch_fixture::{bits, Fixture, Rng};
+use pleio::{CachePolicy, ErrorKind, Strategy, Table};
+
+fn cached(fx: &Fixture, budget: u64) -> Table {
+    fx.reader()
+        .with_strategy(Strategy::Cached)
+        .with_budget(budget)
+        .unwrap()
+}
+
+#[test]
+fn eight_threads_stay_exact_and_within_the_budget() {
+    let fx = Fixture::qwen(50_000, 21);
+    for &policy in CachePolicy::ALL {
+        for budget in [64u64 << 10, 1 << 20] {
+            let table = cached(&fx, budget).with_cache_policy(policy);
+            std::thread::scope(|sc| {
+                for t in 0..8u64 {
+                    let (table, fx) = (&table, &fx);
+                    sc.spawn(move || {
+                        let mut rng = Rng::new(t);
+                        for _ in 0..20 {
+                            // A hot range every thread shares and a cold tail.
+                            let rows: Vec<u64> = (0..300)
+                                .map(|k| {
+                                    if k % 2 == 0 {
+                                        rng.below(2000)
+                                    } else {
+                                        rng.below(50_000)
+                                    }
+                                })
+                                .collect();
+                            let mut out = vec![0f32; rows.len() * table.row_elems()];
+                            let st = table.gather(&rows, &mut out).unwrap();
+                            assert_eq!(bits(&out), bits(&fx.reference(&rows)), "{policy}");
+                            let bytes = st.cache_bytes.unwrap();
+                            assert!(bytes <= budget, "{policy}: {bytes} cached of {budget}");
+                        }
+                    });
+                }
+            });
+            let k = table.cache_counters().unwrap();
+            assert!(k.evictions > 0, "{policy} {budget}: nothing evicted");
+            assert!(k.resident_bytes <= budget);
+            let alloc = table.cache_allocated_bytes();
+            assert!(
+                alloc > 0 && alloc <= budget,
+                "{policy}: {alloc} of {budget}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_row_wanted_by_many_gathers_at_once_is_read_once() {
+    let fx = Fixture::qwen(40_000, 22);
+    let table = cached(&fx, 8 << 20);
+    let rows: Vec<u64> = (0..1500).map(|k| k * 26 + 1).collect();
+    let start = Barrier::new(8);
+    let stats: Vec<_> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let (table, rows, start) = (&table, &rows, &start);
+                sc.spawn(move || {
+                    let mut out = vec![0f32; rows.len() * table.row_elems()];
+                    start.wait();
+                    table.gather(rows, &mut out).unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let misses: u64 = stats.iter().map(|s| s.cache_misses).sum();
+    let hits: u64 = stats.iter().map(|s| s.cache_hits).sum();
+    // Every row read exactly once over all eight gathers; the rest waited
+    // for those reads or found the rows cached.
+    assert_eq!(misses, rows.len() as u64);
+    assert_eq!(hits, 7 * rows.len() as u64);
+}
+
+#[test]
+fn hits_come_from_memory_and_reads_bypass_the_page_cache() {
+    let fx = Fixture::qwen_on_disk(200_000, 23);
+    let table = cached(&fx, 4 << 20);
+    let t = table.layout().clone();
+    let m = table.mapping().unwrap();
+    let range = t.offset()..t.offset() + t.bytes();
+    // Evict what writing the file left in the page cache.
+    let f = std::fs::File::open(fx.file.path()).unwrap();
+    f.sync_all().unwrap();
+    pleio::sys::evict(&f, 0..fx.file_len()).unwrap();
+    let before = m.resident_pages(range.clone()).unwrap();
+    let rows: Vec<u64> = (0..2000).map(|k| k * 97 + 5).collect();
+    let mut out = vec![0f32; rows.len() * table.row_elems()];
+    let first = table.gather(&rows, &mut out).unwrap();
+    if !first.fallback {
+        // O_DIRECT: the pages did not enter the page cache.
+        let after = m.resident_pages(range.clone()).unwrap();
+        assert!(after <= before + 2, "{before} -> {after} pages resident");
+    }
+    // (The reference reads through the page cache, so it comes second.)
+    assert_eq!(bits(&out), bits(&fx.reference(&rows)));
+    assert_eq!(first.cache_misses, rows.len() as u64);
+    assert!(first.read_bytes > 0);
+    let second = table.gather(&rows, &mut out).unwrap();
+    assert_eq!(bits(&out), bits(&fx.reference(&rows)));
+    assert_eq!(
+        (second.cache_hits, second.cache_misses),
+        (rows.len() as u64, 0)
+    );
+    assert_eq!((second.read_requests, second.read_bytes), (0, 0));
+    // Cleared, the next gather reads again.
+    table.clear_cache();
+    let third = table.gather(&rows, &mut out).unwrap();
+    assert_eq!(third.cache_misses, rows.len() as u64);
+}
+
+#[test]
+fn a_tiny_budget_evicts_every_batch() {
+    let fx = Fixture::qwen(30_000, 24);
+    let table = cached(&fx, 64 << 10);
+    let cap = table.cache_counters();
+    assert!(cap.is_none(), "made before first use");
+    let mut rng = Rng::new(5);
+    let mut evicted = 0;
+    for _ in 0..10 {
+        let rows: Vec<u64> = (0..2000).map(|_| rng.below(30_000)).collect();
+        let mut out = vec![0f32; rows.len() * table.row_elems()];
+        let st = table.gather(&rows, &mut out).unwrap();
+        assert_eq!(bits(&out), bits(&fx.reference(&rows)));
+        evicted += st.cache_evictions;
+    }
+    let k = table.cache_counters().unwrap();
+    assert!(k.rows <= k.capacity && k.capacity < 2000);
+    assert!(evicted > 5000, "{evicted}");
+}
+
+#[test]
+fn prewarm_fills_the_cache_with_the_hottest_rows() {
+    let fx = Fixture::qwen(30_000, 25);
+    let table = cached(&fx, 256 << 10);
+    // A profile: rows 0..5000, row r seen (5000 - r) / 500 + 1 times.
+    let mut profile = Vec::new();
+    for r in 0..5000u64 {
+        for _ in 0..(5000 - r) / 500 + 1 {
+            profile.push(r * 5);
+        }
+    }
+    let ranked = pleio::fetch::rank_by_frequency(&profile);
+    let mut calls = 0;
+    let rep = table
+        .prewarm(&ranked, 0, &mut |done, total| {
+            calls += 1;
+            assert!(done <= total);
+        })
+        .unwrap();
+    assert!(calls >= 2);
+    assert_eq!(rep.target, "row cache");
+    let cap = table.cache_counters().unwrap().capacity;
+    assert_eq!(rep.rows, cap.min(5000));
+    assert_eq!(rep.rows_read, rep.rows);
+    // The hottest rows are in; gathering them reads nothing.
+    let hot: Vec<u64> = ranked[..100].to_vec();
+    let mut out = vec![0f32; hot.len() * table.row_elems()];
+    let st = table.gather(&hot, &mut out).unwrap();
+    assert_eq!(bits(&out), bits(&fx.reference(&hot)));
+    assert_eq!(st.cache_misses, 0);
+    assert!(table.cache_allocated_bytes() <= 256 << 10);
+    // The page cache target: as many rows as `budget` bytes of pages hold.
+    let plain = fx.reader().with_strategy(Strategy::Auto);
+    let rep = plain.prewarm(&ranked, 64 << 10, &mut |_, _| {}).unwrap();
+    assert_eq!(rep.target, "page cache");
+    let page = pleio::sys::page_size();
+    assert!(rep.pages.unwrap() <= (64 << 10) / page);
+    assert!(rep.rows > 0);
+    assert!(plain.believed_resident_pages() > 0);
+}
+
+#[test]
+fn a_budget_too_small_is_refused_naming_the_minimum() {
+    let fx = Fixture::qwen(1000, 26);
+    let e = fx.reader().with_budget(1000).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Setup, "{e}");
+    assert!(e.to_string().contains("at least"), "{e}");
+    // Ids are checked before the cache is touched.
+    let table = cached(&fx, 64 << 10);
+    let mut out = vec![0f32; table.row_elems()];
+    let e = table.gather(&[1000], &mut out).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RowOutOfRange);
+    let e = table.prewarm(&[5, 1000], 0, &mut |_, _| {}).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RowOutOfRange);
+}
+
+#[test]
+fn clones_share_a_cache_and_a_new_budget_makes_a_new_one() {
+    let fx = Fixture::qwen(5000, 27);
+    let a = cached(&fx, 1 << 20);
+    let b = a.clone();
+    let mut out = vec![0f32; 3 * a.row_elems()];
+    a.gather(&[1, 2, 3], &mut out).unwrap();
+    let st = b.gather(&[1, 2, 3], &mut out).unwrap();
+    assert_eq!(st.cache_hits, 3);
+    let c = Arc::new(b.clone().with_budget(2 << 20).unwrap());
+    let st = c.gather(&[1, 2, 3], &mut out).unwrap();
+    assert_eq!(st.cache_misses, 3);
+    assert_eq!(c.cache_budget(), 2 << 20);
+}
