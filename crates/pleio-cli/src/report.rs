@@ -336,6 +336,9 @@ pub fn replay_chart(report: &Json, out: &Path) -> Result<()> {
         .iter()
         .map(|r| {
             let mut name = r["strategy"].as_str().unwrap_or("?").to_string();
+            if let Some(k) = r["pass"].as_u64().filter(|&k| k > 1) {
+                name += &format!(" pass {k}");
+            }
             if r["cold"] == true {
                 name += " (cold)";
             }

@@ -283,6 +283,7 @@ impl Evictor {
                 .resident;
             if left <= 2 {
                 reader.forget_residency();
+                reader.clear_cache();
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -330,6 +331,14 @@ pub struct Arm {
     pub fallback: bool,
     /// Largest peak RSS seen during one gather of the arm, bytes.
     pub peak_rss: Option<u64>,
+    /// `cached`: mean distinct rows per gather served from the row cache.
+    pub cache_hits: f64,
+    /// `cached`: mean distinct rows per gather read into the row cache.
+    pub cache_misses: f64,
+    /// `cached`: mean rows per gather evicted from the row cache.
+    pub cache_evictions: f64,
+    /// `cached`: the most bytes of rows the cache held after a gather.
+    pub cache_bytes: Option<u64>,
     /// `mean_us` over `fault`'s at the same size and temperature.
     pub ratio_to_fault: Option<f64>,
     /// `mean_us` over `limit`'s `median_us` at the same size (cold arms;
@@ -421,6 +430,10 @@ struct Acc {
     fallback: bool,
     peak: Option<u64>,
     gathers: u64,
+    cache_hits: u64,
+    cache_misses: u64,
+    cache_evictions: u64,
+    cache_bytes: Option<u64>,
 }
 
 impl Acc {
@@ -430,6 +443,10 @@ impl Acc {
         self.cold_rows += s.cold_rows;
         self.rearms += u64::from(s.rearmed);
         self.fallback |= s.fallback;
+        self.cache_hits += s.cache_hits;
+        self.cache_misses += s.cache_misses;
+        self.cache_evictions += s.cache_evictions;
+        self.cache_bytes = self.cache_bytes.max(s.cache_bytes);
     }
 
     /// One timed floor read of `pages` pages in `requests` requests.
@@ -463,6 +480,10 @@ impl Acc {
             rearms: self.rearms,
             fallback: self.fallback,
             peak_rss: self.peak,
+            cache_hits: per(self.cache_hits),
+            cache_misses: per(self.cache_misses),
+            cache_evictions: per(self.cache_evictions),
+            cache_bytes: self.cache_bytes,
             ratio_to_fault: None,
             ratio_to_limit: None,
         }
@@ -537,6 +558,18 @@ impl Bench {
     /// The reader measured.
     pub fn reader(&self) -> &Table {
         &self.reader
+    }
+
+    /// Gives the reader a row cache of `budget` bytes (strategy `cached`).
+    pub fn with_cache_budget(mut self, budget: u64) -> Result<Bench, BenchError> {
+        self.reader = self
+            .reader
+            .with_budget(budget)
+            .map_err(|error| BenchError::Gather {
+                strategy: "cached",
+                error,
+            })?;
+        Ok(self)
     }
 
     /// The table's geometry.

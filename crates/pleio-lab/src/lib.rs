@@ -1,13 +1,15 @@
 //! pleio's measurement lab, built on the engine's public API only:
 //! synthetic model files ([`synth`], [`random`]), the cold/warm strategy
 //! benchmark ([`bench`]) and its device floor ([`floor`]), prompt replays
-//! through the PLE stage ([`replay`]), page-cache residency scans
-//! ([`residency`]) and memory cgroups for capped runs ([`cgroup`]). The
-//! CLI and the tests use it; an engine never needs it.
+//! through the PLE stage ([`replay`]), row-cache policy simulation
+//! ([`cache_sim`]), page-cache residency scans ([`residency`]) and memory
+//! cgroups for capped runs ([`cgroup`]). The CLI and the tests use it; an
+//! engine never needs it.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod cache_sim;
 pub mod cgroup;
 pub mod floor;
 pub mod random;

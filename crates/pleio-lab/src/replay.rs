@@ -29,12 +29,13 @@ use rustc_hash::FxHashSet;
 use crate::bench::{self, check_memory, BenchError, Evictor, MemoryError};
 use crate::floor::{Floor, PhaseFloor};
 use crate::random::Rng;
+use pleio::cache::CacheCounters;
 use pleio::layout::Layout;
 use pleio::lookahead::{Lookahead, LookaheadCounters, LookaheadError};
 use pleio::model::Model;
 use pleio::ngram::{ModelRows, NgramError, RowMapper};
 use pleio::sys;
-use pleio::{Error, Strategy, Table};
+use pleio::{CachePolicy, Error, GatherStats, Strategy, Table};
 
 /// Most tokens one replay plans (prefill and decode together, 4 Mi), and
 /// the most the CLI reads from one token stream.
@@ -109,6 +110,9 @@ pub struct ReplayConfig {
     pub compute: Duration,
     /// Seed of the decode tokens drawn when the stream runs out.
     pub seed: u64,
+    /// Times the stream is replayed in one process ([`Replayer::run_passes`]);
+    /// with `cold`, only the first pass starts cold.
+    pub passes: usize,
 }
 
 impl Default for ReplayConfig {
@@ -122,6 +126,7 @@ impl Default for ReplayConfig {
             lookahead: false,
             compute: Duration::ZERO,
             seed: 0,
+            passes: 1,
         }
     }
 }
@@ -249,6 +254,9 @@ pub struct PhaseReport {
     pub read_bytes: Option<u64>,
     /// Major faults the process took during the phase.
     pub process_major_faults: Option<u64>,
+    /// What the phase's gathers reported, summed (row-cache hits, misses
+    /// and evictions, read requests and bytes, ...).
+    pub gathers: GatherStats,
 }
 
 impl PhaseReport {
@@ -294,6 +302,8 @@ pub const RESIDENCY_PROBES: u64 = 4096;
 /// Everything one replay measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplayReport {
+    /// Which pass over the stream this was (1 for the first).
+    pub pass: usize,
     /// Strategy used.
     pub strategy: Strategy,
     /// Whether ubatches were prefetched.
@@ -318,6 +328,10 @@ pub struct ReplayReport {
     pub peak_rss: Option<u64>,
     /// The lookahead's counters (with `lookahead`).
     pub lookahead_counters: Option<LookaheadCounters>,
+    /// The row cache after the pass (strategy `cached`).
+    pub cache: Option<CacheCounters>,
+    /// The row cache's budget and policy (strategy `cached`).
+    pub cache_config: Option<(u64, CachePolicy)>,
 }
 
 /// Start value of [`checksum`].
@@ -362,6 +376,23 @@ impl Replayer {
     /// The reader gathered from.
     pub fn reader(&self) -> &Table {
         &self.reader
+    }
+
+    /// Gives the reader a row cache of `budget` bytes (the library default
+    /// when `None`) with `policy` (the default when `None`), for the
+    /// `cached` strategy.
+    pub fn with_cache(
+        mut self,
+        budget: Option<u64>,
+        policy: Option<CachePolicy>,
+    ) -> Result<Replayer, ReplayError> {
+        if let Some(b) = budget {
+            self.reader = self.reader.with_budget(b)?;
+        }
+        if let Some(p) = policy {
+            self.reader = self.reader.with_cache_policy(p);
+        }
+        Ok(self)
     }
 
     /// Splits `tokens` into prefill and decode tokens and maps them all
@@ -452,6 +483,7 @@ impl Replayer {
         let resident = |r: Range<u64>| m.sample_resident(r, RESIDENCY_PROBES).map(|r| r.estimate());
         let resident_before = resident(range.clone());
         Evictor::new(shard.path(), range.clone())?.evict(&self.reader)?;
+        self.reader.clear_cache();
         Ok(Eviction {
             pages,
             resident_before,
@@ -459,10 +491,41 @@ impl Replayer {
         })
     }
 
-    /// Gathers the plan's ubatches, then its decode steps, as `cfg` says.
+    /// Gathers the plan's ubatches, then its decode steps, as `cfg` says
+    /// (one pass; with `cold` the table is evicted before the prefill and
+    /// again before the decode steps).
     pub fn run(&self, plan: &ReplayPlan, cfg: &ReplayConfig) -> Result<ReplayReport, ReplayError> {
+        self.run_pass(plan, cfg, 1, cfg.cold, cfg.cold)
+    }
+
+    /// `cfg.passes` passes over the plan in this process, one report each.
+    /// One pass is [`Replayer::run`]. With more, `cold` evicts the table
+    /// (and empties the row cache) once, before the first pass's prefill:
+    /// its decode steps and every later pass find what the earlier gathers
+    /// left, as a serving process would.
+    pub fn run_passes(
+        &self,
+        plan: &ReplayPlan,
+        cfg: &ReplayConfig,
+    ) -> Result<Vec<ReplayReport>, ReplayError> {
+        if cfg.passes <= 1 {
+            return Ok(vec![self.run(plan, cfg)?]);
+        }
+        (1..=cfg.passes)
+            .map(|k| self.run_pass(plan, cfg, k, cfg.cold && k == 1, false))
+            .collect()
+    }
+
+    fn run_pass(
+        &self,
+        plan: &ReplayPlan,
+        cfg: &ReplayConfig,
+        pass: usize,
+        evict_prefill: bool,
+        evict_decode: bool,
+    ) -> Result<ReplayReport, ReplayError> {
         let mut evictions = Vec::new();
-        if cfg.cold {
+        if evict_prefill {
             evictions.push(self.evict()?);
         }
         let lookahead = if cfg.lookahead {
@@ -487,6 +550,7 @@ impl Replayer {
         // Prefill.
         let ubs: Vec<&[u64]> = plan.ubatches().collect();
         let mut steps = Vec::with_capacity(ubs.len());
+        let mut prefill_stats = GatherStats::default();
         let phase_start = ProcSample::now();
         let t_phase = Instant::now();
         let mut last = phase_start;
@@ -498,10 +562,16 @@ impl Replayer {
             let dst = &mut out[..rows.len() * elems];
             let t0 = Instant::now();
             let gather = match pending.take() {
-                Some(p) => p.wait_into(dst)?.fetch_time,
+                Some(p) => {
+                    let got = p.wait_into(dst)?;
+                    prefill_stats.add(&got.stats);
+                    got.fetch_time
+                }
                 None => {
-                    self.reader.gather_with(cfg.strategy, rows, dst)?;
-                    t0.elapsed()
+                    let st = self.reader.gather_with(cfg.strategy, rows, dst)?;
+                    let t = t0.elapsed();
+                    prefill_stats.add(&st);
+                    t
                 }
             };
             let done = Instant::now();
@@ -523,17 +593,19 @@ impl Replayer {
 
         // Decode: one token per step, no lookahead (the next token is not
         // known before the step's compute).
-        if cfg.cold && !plan.decode_tokens().is_empty() {
+        if evict_decode && !plan.decode_tokens().is_empty() {
             evictions.push(self.evict()?);
         }
+        let mut decode_stats = GatherStats::default();
         let phase_start = ProcSample::now();
         let t_phase = Instant::now();
         let mut decode_times = Vec::with_capacity(plan.decode_tokens().len());
         for rows in plan.decode_steps() {
             let dst = &mut out[..rows.len() * elems];
             let t0 = Instant::now();
-            self.reader.gather_with(cfg.strategy, rows, dst)?;
+            let st = self.reader.gather_with(cfg.strategy, rows, dst)?;
             decode_times.push(t0.elapsed());
+            decode_stats.add(&st);
             sum = checksum(sum, dst);
         }
         let decode_wall = t_phase.elapsed();
@@ -552,6 +624,7 @@ impl Replayer {
             wall: prefill_wall,
             read_bytes: prefill_counters.read_bytes,
             process_major_faults: prefill_counters.process_major_faults,
+            gathers: prefill_stats,
             ..PhaseReport::default()
         };
         for (index, (rows, step)) in ubs.iter().zip(&steps).enumerate() {
@@ -585,6 +658,7 @@ impl Replayer {
             latency: Latency::of(&decode_times),
             read_bytes: decode_counters.read_bytes,
             process_major_faults: decode_counters.process_major_faults,
+            gathers: decode_stats,
             ..PhaseReport::default()
         };
         let mut decode_seen = FxHashSet::default();
@@ -600,7 +674,9 @@ impl Replayer {
         }
         decode.distinct_rows = decode_seen.len();
 
+        let cached = cfg.strategy == Strategy::Cached;
         Ok(ReplayReport {
+            pass,
             strategy: cfg.strategy,
             lookahead: cfg.lookahead,
             compute: cfg.compute,
@@ -613,6 +689,8 @@ impl Replayer {
             checksum: sum,
             peak_rss: bench::peak_rss(),
             lookahead_counters: lookahead.as_ref().map(Lookahead::counters),
+            cache: self.reader.cache_counters().filter(|_| cached),
+            cache_config: cached.then(|| (self.reader.cache_budget(), self.reader.cache_policy())),
         })
     }
 }

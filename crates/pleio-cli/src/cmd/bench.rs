@@ -44,9 +44,13 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "fault,advise,pread,uring,uring-direct,pool,auto"
+        default_value = "fault,advise,pread,uring,uring-direct,pool,auto,cached"
     )]
     strategies: Vec<Strategy>,
+    /// Row cache budget of the `cached` strategy (e.g. 256M; the library's
+    /// default when absent).
+    #[arg(long, value_name = "SIZE", value_parser = pleio_lab::units::parse_quantity_arg)]
+    budget: Option<u64>,
     /// Row lists (cold batches) per size; each is also timed warm.
     #[arg(long, default_value_t = 30)]
     batches: usize,
@@ -110,8 +114,11 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(cap) = a.mem_cap {
         return run_capped(&a, cap);
     }
-    let bench =
+    let mut bench =
         Bench::open(&a.file, a.tensor.as_deref()).with_context(|| a.file.display().to_string())?;
+    if let Some(b) = a.budget {
+        bench = bench.with_cache_budget(b)?;
+    }
     let cfg = BenchConfig {
         rows: a.rows.clone(),
         strategies: a.strategies.clone(),
@@ -332,10 +339,10 @@ fn print_table(o: &mut String, r: &Report) {
     );
     outln!(o);
     outln!(
-        o,"| strategy | rows | cold | mean us | median us | p99 us | us/row | pages | read from device | major faults | requests | advice fail | peak RSS | vs fault | vs limit |");
+        o,"| strategy | rows | cold | mean us | median us | p99 us | us/row | pages | read from device | major faults | requests | advice fail | cache hits/misses/evictions | peak RSS | vs fault | vs limit |");
     outln!(
         o,
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for arm in &r.arms {
         print_arm(o, arm);
@@ -375,9 +382,17 @@ fn print_arm(o: &mut String, a: &Arm) {
     } else {
         a.strategy.to_string()
     };
+    let cache = if a.strategy == "cached" {
+        format!(
+            "{:.0}/{:.0}/{:.0}",
+            a.cache_hits, a.cache_misses, a.cache_evictions
+        )
+    } else {
+        "-".into()
+    };
     outln!(
         o,
-        "| {name} | {} | {} | {:.1} | {:.1} | {:.1} | {:.3} | {:.0} | {} | {:.1} | {:.0} | {} | {} | {} | {} |",
+        "| {name} | {} | {} | {:.1} | {:.1} | {:.1} | {:.3} | {:.0} | {} | {:.1} | {:.0} | {} | {cache} | {} | {} | {} |",
         a.rows,
         if a.cold { "cold" } else { "warm" },
         a.mean_us,
@@ -438,6 +453,10 @@ fn arm_json(a: &Arm) -> Value {
         "rearms": a.rearms,
         "fallback": a.fallback,
         "peak_rss_bytes": a.peak_rss,
+        "cache_hits": a.cache_hits,
+        "cache_misses": a.cache_misses,
+        "cache_evictions": a.cache_evictions,
+        "cache_bytes": a.cache_bytes,
         "ratio_to_fault": a.ratio_to_fault.and_then(finite),
         "ratio_to_limit": a.ratio_to_limit.and_then(finite),
     })

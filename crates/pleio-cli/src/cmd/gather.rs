@@ -8,8 +8,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use pleio::fetch::{GatherStats, Strategy, Table};
-use pleio::layout::Layout;
 use pleio::model::Model;
+use pleio::CachePolicy;
 use serde_json::json;
 
 use crate::lists::{read_row_list, MAX_ROW_IDS};
@@ -72,6 +72,12 @@ pub struct Args {
     /// How row bytes are brought in.
     #[arg(long, default_value = "auto")]
     strategy: Strategy,
+    /// Row cache budget of the `cached` strategy (e.g. 256M).
+    #[arg(long, value_name = "SIZE", value_parser = pleio_lab::units::parse_quantity_arg)]
+    budget: Option<u64>,
+    /// Eviction policy of the row cache (lru, clock, sieve, s3-fifo).
+    #[arg(long, value_name = "POLICY")]
+    cache_policy: Option<CachePolicy>,
     /// Output format.
     #[arg(long, value_enum, default_value = "raw")]
     format: Format,
@@ -123,9 +129,15 @@ pub fn run(a: Args) -> Result<()> {
     let replace = Replace::IfForced(a.force);
     outfile::check(&a.output, replace)?;
     let model = Arc::new(Model::open(&a.file)?);
-    let reader = Table::of_tensor_or_ple(model, a.tensor.as_deref())
+    let mut reader = Table::of_tensor_or_ple(model, a.tensor.as_deref())
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?
         .with_detailed_stats(a.stats || a.json);
+    if let Some(b) = a.budget {
+        reader = reader.with_budget(b)?;
+    }
+    if let Some(p) = a.cache_policy {
+        reader = reader.with_cache_policy(p);
+    }
     let t = reader.layout();
     // Every id is checked before any output is created.
     t.check_rows(&rows)
@@ -160,7 +172,7 @@ pub fn run(a: Args) -> Result<()> {
     for ids in rows.chunks(chunk) {
         let dst = &mut floats[..ids.len() * elems];
         let s = reader.gather_with(a.strategy, ids, dst)?;
-        add_stats(&mut stats, &s);
+        stats.add(&s);
         bytes.clear();
         bytes.extend(dst.iter().flat_map(|x| x.to_le_bytes()));
         w.write_all(&bytes).with_context(write_err)?;
@@ -169,7 +181,7 @@ pub fn run(a: Args) -> Result<()> {
     drop(w);
     out.commit()?;
     if a.stats || a.json {
-        let text = stats_text(&a, t, &stats, rows.len().div_ceil(chunk));
+        let text = stats_text(&a, &reader, &stats, rows.len().div_ceil(chunk));
         if to_stdout {
             eprint!("{text}");
         } else {
@@ -179,30 +191,9 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
-/// Adds one chunk's stats to the run's.
-fn add_stats(total: &mut GatherStats, s: &GatherStats) {
-    let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
-        (Some(a), Some(b)) => Some(a.saturating_add(b)),
-        (a, b) => a.or(b),
-    };
-    total.rows = total.rows.saturating_add(s.rows);
-    total.bytes = total.bytes.saturating_add(s.bytes);
-    total.pages = sum(total.pages, s.pages);
-    total.runs_advised = total.runs_advised.saturating_add(s.runs_advised);
-    total.advice_syscalls = total.advice_syscalls.saturating_add(s.advice_syscalls);
-    total.advice_failures = total.advice_failures.saturating_add(s.advice_failures);
-    total.major_faults = sum(total.major_faults, s.major_faults);
-    total.cold_rows = total.cold_rows.saturating_add(s.cold_rows);
-    total.found_resident = total.found_resident.saturating_add(s.found_resident);
-    total.read_requests = total.read_requests.saturating_add(s.read_requests);
-    total.read_bytes = total.read_bytes.saturating_add(s.read_bytes);
-    total.backend = total.backend.or(s.backend);
-    total.fallback |= s.fallback;
-    total.rearmed |= s.rearmed;
-}
-
 /// What the gather did: one JSON line with `--json`, else lines of text.
-fn stats_text(a: &Args, table: &Layout, stats: &GatherStats, chunks: usize) -> String {
+fn stats_text(a: &Args, reader: &Table, stats: &GatherStats, chunks: usize) -> String {
+    let table = reader.layout();
     if a.json {
         let j = json!({
             "strategy": a.strategy.name(),
@@ -222,6 +213,11 @@ fn stats_text(a: &Args, table: &Layout, stats: &GatherStats, chunks: usize) -> S
             "fallback": stats.fallback,
             "rearmed": stats.rearmed,
             "chunks": chunks,
+            "cache_hits": stats.cache_hits,
+            "cache_misses": stats.cache_misses,
+            "cache_evictions": stats.cache_evictions,
+            "cache_bytes": stats.cache_bytes,
+            "cache_budget": (a.strategy == Strategy::Cached).then(|| reader.cache_budget()),
             "output": a.output.display().to_string(),
         });
         return format!("{j}\n");
@@ -259,6 +255,16 @@ fn stats_text(a: &Args, table: &Layout, stats: &GatherStats, chunks: usize) -> S
     ];
     if stats.rearmed {
         lines.push("  rearmed          yes (auto found pages evicted behind its back)".into());
+    }
+    if a.strategy == Strategy::Cached {
+        lines.push(format!(
+            "  row cache        {} hits, {} misses (read from the device), {} evictions, {} of {} budget held",
+            stats.cache_hits,
+            stats.cache_misses,
+            stats.cache_evictions,
+            stats.cache_bytes.map_or_else(|| "n/a".into(), crate::output::human_bytes),
+            crate::output::human_bytes(reader.cache_budget())
+        ));
     }
     if chunks > 1 {
         lines.push(format!(

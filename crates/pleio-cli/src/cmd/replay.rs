@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use pleio::fetch::Strategy;
 use pleio::layout::Layout;
 use pleio::model::Model;
+use pleio::CachePolicy;
 use pleio_lab::bench::Machine;
 use pleio_lab::floor::{DepthSweep, Floor, PhaseFloor};
 use pleio_lab::replay::{
@@ -68,6 +69,18 @@ pub struct Args {
     /// Seed of the decode tokens drawn when the stream runs out.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Replay the stream this many times in one process, reporting each
+    /// pass. With --cold only the first pass starts cold: the table is
+    /// evicted (and the row cache emptied) once, before its prefill.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    passes: u64,
+    /// Row cache budget of the `cached` strategy (e.g. 256M): slots,
+    /// bookkeeping and read staging together stay within it.
+    #[arg(long, value_name = "SIZE", value_parser = pleio_lab::units::parse_quantity_arg)]
+    budget: Option<u64>,
+    /// Eviction policy of the row cache (lru, clock, sieve, s3-fifo).
+    #[arg(long, value_name = "POLICY")]
+    cache_policy: Option<CachePolicy>,
     /// Print one JSON object (the `pleio-report/1` schema).
     #[arg(long)]
     json: bool,
@@ -95,17 +108,35 @@ pub fn run(a: Args) -> Result<()> {
     let (replayer, tokens, cfg) = setup(&a)?;
     let name = a.file.display().to_string();
     let plan = replayer.plan(&tokens, &cfg).with_context(|| name.clone())?;
-    let rep = replayer.run(&plan, &cfg).with_context(|| name.clone())?;
+    let reps = replayer
+        .run_passes(&plan, &cfg)
+        .with_context(|| name.clone())?;
+    if let Some(r) = reps.iter().find(|r| r.checksum != reps[0].checksum) {
+        bail!(
+            "pass {} gathered different floats than pass 1 (checksum {:016x} vs {:016x})",
+            r.pass,
+            r.checksum,
+            reps[0].checksum
+        );
+    }
     let floor = if a.cold && !a.no_floor {
         measure_floor(&replayer, &plan, a.seed)
     } else {
         None
     };
-    let j = to_json(&a, &replayer, tokens.len(), &rep, floor.as_ref());
+    let j = to_json(&a, &replayer, tokens.len(), &reps, floor.as_ref());
     if a.json {
         println!("{j}");
     } else {
-        print_text(&a, &replayer, tokens.len(), &rep, floor.as_ref());
+        for rep in &reps {
+            if rep.pass > 1 {
+                println!();
+            }
+            print_text(&a, &replayer, tokens.len(), rep, pass_floor(rep, floor.as_ref()));
+        }
+        if reps.len() > 1 {
+            print_passes(&reps);
+        }
     }
     plot(&a, &j)
 }
@@ -118,7 +149,9 @@ fn setup(a: &Args) -> Result<(Replayer, Vec<u32>, ReplayConfig)> {
     let name = a.file.display().to_string();
     let model = Arc::new(Model::open(&a.file)?);
     let table = Layout::of_ple(&model).with_context(|| name.clone())?;
-    let replayer = Replayer::new(model, table).with_context(|| name.clone())?;
+    let replayer = Replayer::new(model, table)
+        .and_then(|r| r.with_cache(a.budget, a.cache_policy))
+        .with_context(|| name.clone())?;
     let tokens = a.input.load(replayer.mapper())?;
     let cfg = ReplayConfig {
         ubatch: a.ubatch,
@@ -129,6 +162,7 @@ fn setup(a: &Args) -> Result<(Replayer, Vec<u32>, ReplayConfig)> {
         lookahead: a.lookahead,
         compute,
         seed: a.seed,
+        passes: a.passes as usize,
     };
     Ok((replayer, tokens, cfg))
 }
@@ -202,14 +236,16 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
             j["floor"] = report::floor_json(&sweep);
             let r = &mut j["replays"][0];
             add_floor(&mut r["prefill"], Some(&f.prefill));
-            add_floor(&mut r["decode"], Some(&f.decode));
+            if a.passes == 1 {
+                add_floor(&mut r["decode"], Some(&f.decode));
+            }
         }
     }
     if a.json {
         println!("{j}");
     } else {
         println!("{}", run.summary());
-        if let Some(r) = j["replays"].get(0) {
+        for r in j["replays"].as_array().into_iter().flatten() {
             let f = |v: &Json| {
                 v.as_f64()
                     .map_or_else(|| "n/a".into(), |x| format!("{x:.0}"))
@@ -219,7 +255,8 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
                     .map_or_else(|| "n/a".into(), |x| format!("{x:.3}"))
             };
             println!(
-                "prefill {} tokens/s (ubatch gather p99 {} ms), decode {} tokens/s (step p99 {} ms), peak RSS {}",
+                "pass {}: prefill {} tokens/s (ubatch gather p99 {} ms), decode {} tokens/s (step p99 {} ms), peak RSS {}",
+                r["pass"],
                 f(&r["prefill"]["tokens_per_s"]),
                 p99(&r["prefill"]["latency_ms"]["p99"]),
                 f(&r["decode"]["tokens_per_s"]),
@@ -265,6 +302,11 @@ fn phase_json(p: &PhaseReport, floor: Option<&PhaseFloor>) -> Json {
         "latency_ms": latency_json(p.latency),
         "read_bytes": p.read_bytes,
         "process_major_faults": p.process_major_faults,
+        "gather_read_bytes": p.gathers.read_bytes,
+        "read_requests": p.gathers.read_requests,
+        "cache_hits": p.gathers.cache_hits,
+        "cache_misses": p.gathers.cache_misses,
+        "cache_evictions": p.gathers.cache_evictions,
     });
     add_floor(&mut j, floor);
     j
@@ -311,28 +353,65 @@ fn sum_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     Some(a? + b?)
 }
 
+/// The floor that applies to `rep`: pass 1's, when it started cold (with
+/// more passes its decode steps were not evicted: no decode floor).
+fn pass_floor<'a>(
+    rep: &ReplayReport,
+    floor: Option<&'a (DepthSweep, ReplayFloor)>,
+) -> Option<PassFloor<'a>> {
+    let f = floor.filter(|_| rep.pass == 1 && !rep.evictions.is_empty())?;
+    Some(PassFloor {
+        sweep: &f.0,
+        prefill: &f.1.prefill,
+        decode: (rep.evictions.len() > 1).then_some(&f.1.decode),
+    })
+}
+
+/// The device floor figures of one pass.
+#[derive(Clone, Copy)]
+struct PassFloor<'a> {
+    sweep: &'a DepthSweep,
+    prefill: &'a PhaseFloor,
+    decode: Option<&'a PhaseFloor>,
+}
+
 fn to_json(
     a: &Args,
     r: &Replayer,
     stream: usize,
-    rep: &ReplayReport,
+    reps: &[ReplayReport],
     floor: Option<&(DepthSweep, ReplayFloor)>,
 ) -> Json {
     let t = r.reader().layout();
-    let mut decode = phase_json(&rep.decode, floor.map(|f| &f.1.decode));
-    decode["drawn_tokens"] = json!(rep.drawn);
     let mut j = report::envelope("replay", &Machine::detect(), &a.file, t);
     j["floor"] = floor.map_or(Json::Null, |(sweep, _)| report::floor_json(sweep));
-    j["replays"] = json!([{
+    j["replays"] = reps
+        .iter()
+        .map(|rep| replay_json(a, r, stream, rep, pass_floor(rep, floor)))
+        .collect();
+    j
+}
+
+fn replay_json(
+    a: &Args,
+    r: &Replayer,
+    stream: usize,
+    rep: &ReplayReport,
+    floor: Option<PassFloor<'_>>,
+) -> Json {
+    let mut decode = phase_json(&rep.decode, floor.and_then(|f| f.decode));
+    decode["drawn_tokens"] = json!(rep.drawn);
+    json!({
         "architecture": r.mapper().architecture(),
+        "pass": rep.pass,
         "strategy": rep.strategy.name(),
         "lookahead": rep.lookahead,
         "compute_ms": ms(rep.compute),
-        "cold": a.cold,
+        "cold": !rep.evictions.is_empty(),
         "ubatch": rep.ubatch,
         "seed": a.seed,
         "stream_tokens": stream,
-        "prefill": phase_json(&rep.prefill, floor.map(|f| &f.1.prefill)),
+        "prefill": phase_json(&rep.prefill, floor.map(|f| f.prefill)),
         "decode": decode,
         "ubatches": rep.ubatches.iter().map(ubatch_json).collect::<Vec<_>>(),
         "evictions": rep.evictions.iter().map(eviction_json).collect::<Vec<_>>(),
@@ -346,8 +425,45 @@ fn to_json(
             "worker_rows": c.worker_rows,
             "cancelled": c.cancelled,
         })),
-    }]);
-    j
+        "cache": rep.cache_config.map(|(budget, policy)| json!({
+            "budget_bytes": budget,
+            "policy": policy.name(),
+            "capacity_rows": rep.cache.map(|c| c.capacity),
+            "resident_rows": rep.cache.map(|c| c.rows),
+            "resident_bytes": rep.cache.map(|c| c.resident_bytes),
+            "evictions_total": rep.cache.map(|c| c.evictions),
+        })),
+    })
+}
+
+/// One line per pass: prefill and decode tokens/s, and each pass's
+/// prefill rate over the first's.
+fn print_passes(reps: &[ReplayReport]) {
+    println!();
+    println!("| pass | prefill tokens/s | vs pass 1 | decode tokens/s | device reads | cache hit rate |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    let first = reps[0].prefill.tokens_per_s();
+    for r in reps {
+        let p = r.prefill.tokens_per_s();
+        let g = &r.prefill.gathers;
+        let lookups = g.cache_hits + g.cache_misses;
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            r.pass,
+            p.map_or_else(|| "n/a".into(), |x| format!("{x:.0}")),
+            p.zip(first)
+                .map_or_else(|| "n/a".into(), |(x, f)| format!("{:.2}x", x / f)),
+            r.decode
+                .tokens_per_s()
+                .map_or_else(|| "n/a".into(), |x| format!("{x:.0}")),
+            opt_bytes(sum_opt(r.prefill.read_bytes, r.decode.read_bytes)),
+            if lookups > 0 {
+                format!("{:.1}%", 100.0 * g.cache_hits as f64 / lookups as f64)
+            } else {
+                "-".into()
+            },
+        );
+    }
 }
 
 fn opt_bytes(b: Option<u64>) -> String {
@@ -410,7 +526,7 @@ fn print_text(
     r: &Replayer,
     stream: usize,
     rep: &ReplayReport,
-    floor: Option<&(DepthSweep, ReplayFloor)>,
+    floor: Option<PassFloor<'_>>,
 ) {
     let t = r.reader().layout();
     println!(
@@ -424,15 +540,20 @@ fn print_text(
         r.mapper().rows_per_token(),
         r.mapper().architecture()
     );
-    let mut how = format!("strategy {}", rep.strategy);
+    let mut how = format!("pass {}: strategy {}", rep.pass, rep.strategy);
+    if let Some((budget, policy)) = rep.cache_config {
+        how += &format!(", row cache {} {}", human_bytes(budget), policy);
+    }
     if rep.lookahead {
         how += ", lookahead";
     }
     if !rep.compute.is_zero() {
         how += &format!(", compute {:.1} ms/ubatch", ms(rep.compute));
     }
-    if a.cold {
-        how += ", cold (table evicted before prefill and decode)";
+    match rep.evictions.len() {
+        0 => {}
+        1 => how += ", cold (table evicted before the prefill)",
+        _ => how += ", cold (table evicted before prefill and decode)",
     }
     println!("{how}");
     println!(
@@ -446,7 +567,7 @@ fn print_text(
         ms(p.gather),
         ms(p.exposed),
         ms(p.wall),
-        floor_text(p, floor.map(|f| &f.1.prefill))
+        floor_text(p, floor.map(|f| f.prefill))
     );
     println!("  ubatch gather  {}", latency_text(p.latency));
     let u = &rep.ubatches;
@@ -467,7 +588,7 @@ fn print_text(
         "decode   {}  PLE {:.1} ms{}",
         rate(d),
         ms(d.gather),
-        floor_text(d, floor.map(|f| &f.1.decode))
+        floor_text(d, floor.and_then(|f| f.decode))
     );
     println!("  step gather    {}", latency_text(d.latency));
     println!(
@@ -477,6 +598,27 @@ fn print_text(
         d.reused_rows,
         d.rows
     );
+    for (phase, g) in [("prefill", &rep.prefill.gathers), ("decode", &rep.decode.gathers)] {
+        if g.cache_hits + g.cache_misses > 0 {
+            println!(
+                "{phase:<8} row cache: {} hits, {} misses, {} evictions, {} read by the gathers",
+                g.cache_hits,
+                g.cache_misses,
+                g.cache_evictions,
+                human_bytes(g.read_bytes)
+            );
+        }
+    }
+    if let Some(c) = rep.cache {
+        println!(
+            "row cache holds {} rows ({} of {} budget, capacity {} rows), {} evictions so far",
+            c.rows,
+            human_bytes(c.resident_bytes),
+            human_bytes(c.budget),
+            c.capacity,
+            c.evictions
+        );
+    }
     if let Some(c) = rep.lookahead_counters {
         println!(
             "lookahead: {} prefetches, {} gathered by the worker ({} rows)",
@@ -488,7 +630,7 @@ fn print_text(
         opt_bytes(rep.peak_rss),
         rep.checksum
     );
-    if let Some((sweep, _)) = floor {
-        println!("{}", report::sweep_text(sweep));
+    if let Some(f) = floor {
+        println!("{}", report::sweep_text(f.sweep));
     }
 }

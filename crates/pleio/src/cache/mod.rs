@@ -171,6 +171,18 @@ impl Sizing {
     }
 }
 
+/// The shard of `row` among `shards` (a power of two): a hash independent
+/// of the index's (SplitMix64's finalizer), so a shard's rows still spread
+/// over all of its buckets.
+pub fn shard_of(row: u64, shards: usize) -> usize {
+    if shards <= 1 {
+        return 0;
+    }
+    let mut z = (row ^ (row >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) >> (64 - shards.trailing_zeros())) as usize
+}
+
 /// A `Hasher` for row ids (they arrive well spread; one multiply mixes).
 #[derive(Default)]
 struct RowHasher(u64);
@@ -236,7 +248,6 @@ pub struct CacheCounters {
 pub struct RowCache {
     sizing: Sizing,
     shards: Box<[Shard]>,
-    shard_shift: u32,
     rows: AtomicU64,
     evictions: AtomicU64,
     staging: StagingPool,
@@ -268,7 +279,6 @@ impl RowCache {
             .collect();
         RowCache {
             shards,
-            shard_shift: 64 - sizing.shards.trailing_zeros(),
             rows: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             staging: StagingPool::new(sizing.staging_bytes, sizing.align),
@@ -282,16 +292,7 @@ impl RowCache {
     }
 
     fn shard(&self, row: u64) -> &Shard {
-        // A hash independent of the index's (SplitMix64's finalizer), so a
-        // shard's rows still spread over all of its buckets.
-        let i = if self.shard_shift >= 64 {
-            0
-        } else {
-            let mut z = (row ^ (row >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            ((z ^ (z >> 31)) >> self.shard_shift) as usize
-        };
-        &self.shards[i]
+        &self.shards[shard_of(row, self.shards.len())]
     }
 
     fn lock(shard: &Shard) -> MutexGuard<'_, ShardState> {

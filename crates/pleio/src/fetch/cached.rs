@@ -388,7 +388,7 @@ fn count_io(stats: &mut GatherStats, io: ReadStats, backend: &'static str) {
     stats.backend = Some(backend);
 }
 
-fn read_error(t: &Table, backend: &'static str, source: IoError) -> GatherError {
+fn read_error(t: &Table, backend: &'static str, error: IoError) -> GatherError {
     GatherError::Read {
         backend,
         path: t
@@ -397,7 +397,7 @@ fn read_error(t: &Table, backend: &'static str, source: IoError) -> GatherError 
             .path()
             .map(Path::to_path_buf)
             .unwrap_or_default(),
-        source,
+        error,
     }
 }
 

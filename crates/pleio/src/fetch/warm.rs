@@ -166,10 +166,10 @@ impl Table {
             let io = picked
                 .backend
                 .read(&plan, &mut staging[..plan.staging_len()])
-                .map_err(|source| GatherError::Read {
+                .map_err(|error| GatherError::Read {
                     backend: picked.backend.name(),
                     path: self.path().to_path_buf(),
-                    source,
+                    error,
                 })?;
             stats.read_requests += io.requests;
             stats.read_bytes += io.bytes;
