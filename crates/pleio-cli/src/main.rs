@@ -35,6 +35,10 @@ enum Command {
     Replay(cmd::replay::Args),
     /// Measure cold and warm gather latency of every strategy against the device floor.
     Bench(cmd::bench::Args),
+    /// Compare the row cache's eviction policies' hit rates on a token stream (simulated).
+    CacheSim(cmd::cache_sim::Args),
+    /// Read a profile's hottest rows into the row cache or the page cache ahead of use.
+    Warm(cmd::warm::Args),
 }
 
 fn main() {
@@ -48,6 +52,8 @@ fn main() {
         Command::Residency(a) => cmd::residency::run(a),
         Command::Replay(a) => cmd::replay::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::CacheSim(a) => cmd::cache_sim::run(a),
+        Command::Warm(a) => cmd::warm::run(a),
     };
     if let Err(e) = result {
         eprintln!("pleio: error: {e:#}");

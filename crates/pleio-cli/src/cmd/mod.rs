@@ -1,6 +1,7 @@
 //! One module per subcommand, each with its `Args` and `run`.
 
 pub mod bench;
+pub mod cache_sim;
 pub mod demo;
 pub mod gather;
 pub mod inspect;
@@ -8,3 +9,4 @@ pub mod replay;
 pub mod residency;
 pub mod rows;
 pub mod synth;
+pub mod warm;

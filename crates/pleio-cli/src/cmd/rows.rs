@@ -78,6 +78,12 @@ pub struct Input {
     /// file tokenized, files joined by `<|endoftext|>`.
     #[arg(long)]
     pub corpus: bool,
+    /// With --corpus: the corpus N times, the first in its own order, each
+    /// later one with its files in another seeded order (a stream of many
+    /// prompts that share text, as a server sees).
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "corpus",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub orders: u64,
     /// Encode special-token strings such as `<|im_start|>` as plain text.
     #[arg(long, conflicts_with = "tokens")]
     pub ordinary: bool,
@@ -99,7 +105,7 @@ impl Input {
                 let text = read_bounded_text(path, "--text")?;
                 encode(tok, &text, self.ordinary).with_context(|| path.display().to_string())?
             } else {
-                corpus_tokens(tok, self.ordinary)?
+                corpus_orders(tok, self.ordinary, self.orders as usize)?
             }
         };
         if tokens.len() > MAX_TOKENS {
@@ -114,7 +120,7 @@ impl Input {
 
 /// The built-in tokenizer of the mapped model, or an error saying why there
 /// is none.
-fn tokenizer_for(rows: &ModelRows) -> Result<&'static QwenTokenizer> {
+pub(crate) fn tokenizer_for(rows: &ModelRows) -> Result<&'static QwenTokenizer> {
     match rows {
         ModelRows::Qwen(_) => Ok(QwenTokenizer::shared()?),
         other => bail!(
@@ -125,7 +131,7 @@ fn tokenizer_for(rows: &ModelRows) -> Result<&'static QwenTokenizer> {
     }
 }
 
-fn encode(tok: &QwenTokenizer, text: &str, ordinary: bool) -> Result<Vec<u32>> {
+pub(crate) fn encode(tok: &QwenTokenizer, text: &str, ordinary: bool) -> Result<Vec<u32>> {
     Ok(if ordinary {
         tok.encode_ordinary(text)?
     } else {
@@ -142,6 +148,36 @@ pub fn corpus_tokens(tok: &QwenTokenizer, ordinary: bool) -> Result<Vec<u32>> {
             out.push(ENDOFTEXT_ID);
         }
         out.extend(encode(tok, text, ordinary).with_context(|| format!("corpus/{name}"))?);
+    }
+    Ok(out)
+}
+
+/// The corpus `orders` times as one stream: first in [`CORPUS`] order, then
+/// in seeded shuffles of its files (seed = the order's number), every file
+/// separated by `<|endoftext|>`.
+pub fn corpus_orders(tok: &QwenTokenizer, ordinary: bool, orders: usize) -> Result<Vec<u32>> {
+    if orders <= 1 {
+        return corpus_tokens(tok, ordinary);
+    }
+    let files: Vec<Vec<u32>> = CORPUS
+        .iter()
+        .map(|(name, text)| encode(tok, text, ordinary).with_context(|| format!("corpus/{name}")))
+        .collect::<Result<_>>()?;
+    let mut out = Vec::new();
+    for k in 0..orders {
+        let mut idx: Vec<usize> = (0..files.len()).collect();
+        if k > 0 {
+            let mut rng = pleio_lab::random::Rng::new(k as u64);
+            for i in (1..idx.len()).rev() {
+                idx.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+        }
+        for i in idx {
+            if !out.is_empty() {
+                out.push(ENDOFTEXT_ID);
+            }
+            out.extend_from_slice(&files[i]);
+        }
     }
     Ok(out)
 }

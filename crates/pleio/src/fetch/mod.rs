@@ -11,8 +11,8 @@
 //! - direct (`pread`, `uring`, `uring-direct`, `pool`, in [`direct`]):
 //!   sorted, deduplicated rows read by positioned reads into reused staging,
 //!   no mapping touched (a truncated file is an error, never SIGBUS);
-//! - `auto` ([`auto`]): resident rows mapped, rows believed cold read
-//!   through io_uring, residency tracked by a per-table page bitmap
+//! - `auto` ([`auto`]): resident rows mapped, rows believed cold advised
+//!   all at once then mapped, residency tracked by a per-table page bitmap
 //!   ([`known_pages`]) that re-arms itself on an eviction signature;
 //! - `cached` ([`cached`]): a budgeted row cache in pleio's own memory
 //!   ([`crate::cache`]), misses read with `O_DIRECT`;
@@ -76,7 +76,8 @@ pub enum Strategy {
     /// (inline below 3 reads).
     Pool,
     /// Rows pleio knows resident are decoded straight from the mapping (no
-    /// system call); only rows believed cold are read through `Uring`.
+    /// system call); only the pages of rows believed cold are advised (as
+    /// `Advise` does), then those rows are decoded from the mapping too.
     Auto,
     /// A row cache in pleio's own memory, within the handle's byte budget
     /// ([`Table::with_budget`]): hits are decoded from it, misses read with
@@ -258,9 +259,9 @@ pub struct GatherStats {
     /// Major page faults taken by the gathering thread during the gather
     /// (with detailed stats, where the OS can tell).
     pub major_faults: Option<u64>,
-    /// Rows (duplicates counted) fetched with positioned reads rather than
-    /// through the mapping: all rows for the direct strategies, the rows
-    /// believed cold for `auto`.
+    /// Rows (duplicates counted) fetched cold: with positioned reads for the
+    /// direct strategies and the row-cache misses of `cached`; the rows
+    /// believed cold (advised, then mapped) for `auto`.
     pub cold_rows: u64,
     /// `auto` only: rows the residency bitmap did not know that a probe
     /// found in the page cache; they were decoded from the mapping.
