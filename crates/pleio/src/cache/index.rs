@@ -5,11 +5,12 @@
 //! The row cache needs its memory known before it holds a single row, so
 //! this table never grows: it is sized for a maximum number of entries when
 //! built ([`Index::bytes_for`]) with the load at most 3/4. A bucket holds
-//! only a slot number (4 bytes); the row id is the caller's `keys[slot]`,
-//! which the cache keeps anyway to know what it evicts.
+//! only a slot number plus one (4 bytes, 0 = empty, so a fresh table is
+//! zeroed memory the OS maps lazily); the row id is the caller's
+//! `keys[slot]`, which the cache keeps anyway to know what it evicts.
 
 /// Marks an empty bucket.
-const EMPTY: u32 = u32::MAX;
+const EMPTY: u32 = 0;
 
 /// Row id -> slot for at most `capacity` entries, keys in `keys[slot]`.
 #[derive(Debug, Clone)]
@@ -71,8 +72,8 @@ impl Index {
             if s == EMPTY {
                 return None;
             }
-            if keys[s as usize] == key {
-                return Some(s);
+            if keys[s as usize - 1] == key {
+                return Some(s - 1);
             }
             i = self.step(i);
         }
@@ -82,14 +83,14 @@ impl Index {
     /// false (and changes nothing) if the index is full.
     pub(crate) fn insert(&mut self, key: u64, slot: u32, keys: &[u64]) -> bool {
         debug_assert_eq!(keys[slot as usize], key);
-        if self.len >= self.capacity {
+        if self.len >= self.capacity || slot == u32::MAX {
             return false;
         }
         let mut i = self.home(key);
         while self.buckets[i] != EMPTY {
             i = self.step(i);
         }
-        self.buckets[i] = slot;
+        self.buckets[i] = slot + 1;
         self.len += 1;
         true
     }
@@ -103,12 +104,12 @@ impl Index {
             if s == EMPTY {
                 return None;
             }
-            if keys[s as usize] == key {
+            if keys[s as usize - 1] == key {
                 break;
             }
             i = self.step(i);
         }
-        let slot = self.buckets[i];
+        let slot = self.buckets[i] - 1;
         // Backward-shift: pull later members of the probe run into the hole
         // so lookups never need tombstones.
         let mut hole = i;
@@ -118,7 +119,7 @@ impl Index {
             if s == EMPTY {
                 break;
             }
-            let home = self.home(keys[s as usize]);
+            let home = self.home(keys[s as usize - 1]);
             // The entry at `j` may move to `hole` unless its home lies in
             // (hole, j] (cyclically).
             let dist_home = (j + n - home) % n;

@@ -113,9 +113,11 @@ impl List {
 
 impl Links {
     fn new(n: usize) -> Links {
+        // Zeroed (so the OS maps it lazily): a slot's links are written
+        // when it joins a list, before they are ever read.
         Links {
-            prev: vec![NIL; n],
-            next: vec![NIL; n],
+            prev: vec![0; n],
+            next: vec![0; n],
         }
     }
 
@@ -196,7 +198,8 @@ pub(crate) struct S3Fifo {
     ghost: Ghost,
 }
 
-/// A FIFO of recently evicted row ids with membership lookups.
+/// A FIFO of recently evicted row ids with membership lookups. The ring
+/// holds ids plus one (0 = empty), so it starts as zeroed memory.
 #[derive(Debug, Clone)]
 struct Ghost {
     ring: Vec<u64>,
@@ -207,7 +210,7 @@ struct Ghost {
 impl Ghost {
     fn new(n: usize) -> Ghost {
         Ghost {
-            ring: vec![u64::MAX; n],
+            ring: vec![0; n],
             at: 0,
             index: Index::new(n),
         }
@@ -221,22 +224,23 @@ impl Ghost {
         if self.ring.is_empty() {
             return;
         }
+        let k1 = key + 1;
         // An id is in the ring at most once (a returning id is taken out
         // before it can be evicted again), so the old one simply leaves.
         let old = self.ring[self.at];
-        if old != u64::MAX {
+        if old != 0 {
             self.index.remove(old, &self.ring);
         }
-        self.ring[self.at] = key;
-        self.index.insert(key, self.at as u32, &self.ring);
+        self.ring[self.at] = k1;
+        self.index.insert(k1, self.at as u32, &self.ring);
         self.at = (self.at + 1) % self.ring.len();
     }
 
     /// True (and forgets it) if `key` was evicted recently.
     fn take(&mut self, key: u64) -> bool {
-        match self.index.remove(key, &self.ring) {
+        match self.index.remove(key + 1, &self.ring) {
             Some(at) => {
-                self.ring[at as usize] = u64::MAX;
+                self.ring[at as usize] = 0;
                 true
             }
             None => false,
@@ -244,7 +248,7 @@ impl Ghost {
     }
 
     fn clear(&mut self) {
-        self.ring.fill(u64::MAX);
+        self.ring.fill(0);
         self.index.clear();
         self.at = 0;
     }

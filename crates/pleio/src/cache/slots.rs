@@ -31,7 +31,8 @@ impl Slots {
         let capacity = capacity.min(u32::MAX as usize - 1);
         Slots {
             index: Index::new(capacity),
-            keys: vec![u64::MAX; capacity],
+            // Zeroed: only filled slots' keys are ever read.
+            keys: vec![0; capacity],
             order: Order::new(policy, capacity),
             used: 0,
         }
@@ -96,7 +97,6 @@ impl Slots {
     /// Forgets every row (keeps the allocations).
     pub fn clear(&mut self) {
         self.index.clear();
-        self.keys.fill(u64::MAX);
         self.order.clear();
         self.used = 0;
     }
