@@ -214,3 +214,58 @@ fn clones_share_a_cache_and_a_new_budget_makes_a_new_one() {
     assert_eq!(st.cache_misses, 3);
     assert_eq!(c.cache_budget(), 2 << 20);
 }
+
+/// CPU time this thread has run, from `/proc/thread-self/schedstat`
+/// (nanoseconds; `None` off Linux).
+fn thread_cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// Warm hits from 1, 2, 4 and 8 threads gathering 512-token ubatches (8192
+/// rows) of random rows of a 200k-row table held whole in a 64 MiB cache:
+/// wall-clock rows/s, and rows per CPU-second of the gathering threads (on a
+/// loaded machine the second shows what lock contention costs: it would
+/// fall as threads are added if they fought over shards). Prints; asserts
+/// only that every row was a hit.
+/// `cargo test --release -p pleio --test row_cache -- --ignored --nocapture`
+#[test]
+#[ignore = "measurement"]
+fn measure_hit_scaling() {
+    let fx = Fixture::qwen_on_disk(200_000, 28);
+    let table = cached(&fx, 64 << 20);
+    let all: Vec<u64> = (0..200_000).collect();
+    let mut out = vec![0f32; all.len() * table.row_elems()];
+    table.gather(&all, &mut out).unwrap();
+    let mut rng = Rng::new(3);
+    let batches: Vec<Vec<u64>> = (0..64)
+        .map(|_| (0..8192).map(|_| rng.below(200_000)).collect())
+        .collect();
+    for threads in [1usize, 2, 4, 8] {
+        let t0 = std::time::Instant::now();
+        let cpu: u64 = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (table, batches) = (&table, &batches);
+                    sc.spawn(move || {
+                        let c0 = thread_cpu_ns().unwrap_or(0);
+                        let mut out = vec![0f32; 8192 * table.row_elems()];
+                        for b in batches.iter().skip(t).step_by(threads) {
+                            let st = table.gather(b, &mut out).unwrap();
+                            assert_eq!(st.cache_misses, 0);
+                        }
+                        thread_cpu_ns().unwrap_or(0) - c0
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        let s = t0.elapsed().as_secs_f64();
+        let rows = 64.0 * 8192.0;
+        println!(
+            "{threads} threads: {:.2} M rows/s wall, {:.2} M rows per CPU-second",
+            rows / s / 1e6,
+            rows / (cpu as f64 / 1e9) / 1e6,
+        );
+    }
+}

@@ -67,6 +67,10 @@ pub struct Args {
     /// Strategies to compare (fault is always included).
     #[arg(long, value_delimiter = ',')]
     strategies: Option<Vec<Strategy>>,
+    /// Memory budget of the `cached` strategy's row cache (its row slots,
+    /// bookkeeping and read staging together).
+    #[arg(long, default_value = "64M", value_parser = pleio_lab::units::parse_quantity_arg)]
+    budget: u64,
     /// Also write everything as JSON to this file (the bench/replay schema;
     /// a regular file there is replaced).
     #[arg(long)]
@@ -164,7 +168,9 @@ pub fn run(a: Args) -> Result<()> {
 
     // 1. Cold gathers of one decode token (16 rows) and a 1792-row batch.
     let report = {
-        let bench = Bench::open(&path, None).with_context(|| path.display().to_string())?;
+        let bench = Bench::open(&path, None)
+            .and_then(|b| b.with_cache_budget(a.budget))
+            .with_context(|| path.display().to_string())?;
         let cfg = BenchConfig {
             rows: vec![16, 1792],
             strategies: strategies.clone(),
@@ -201,7 +207,7 @@ pub fn run(a: Args) -> Result<()> {
     let open_replayer = || -> Result<Replayer> {
         let model = Arc::new(Model::open(&path)?);
         let table = Layout::of_ple(&model)?;
-        Ok(Replayer::new(model, table)?)
+        Ok(Replayer::new(model, table)?.with_cache(Some(a.budget), None)?)
     };
     let replay_floor = match &report.floor {
         Some(sweep) => {
@@ -257,7 +263,7 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
 
-    print_summary(&path, &report, &replays, replay_floor.as_ref());
+    print_summary(&path, &report, &replays, replay_floor.as_ref(), a.budget);
     let latency_svg = dir.join("demo-latency.svg");
     let ubatch_svg = dir.join("demo-ubatches.svg");
     charts(&report, &replays, &latency_svg, &ubatch_svg)?;
@@ -267,7 +273,7 @@ pub fn run(a: Args) -> Result<()> {
         ubatch_svg.display()
     );
     if let Some(out) = &a.json {
-        let j = to_json(&path, &report, &replays, replay_floor.as_ref());
+        let j = to_json(&path, &report, &replays, replay_floor.as_ref(), a.budget);
         write_file(out, Replace::Always, |w| {
             serde_json::to_writer_pretty(&mut *w, &j)?;
             writeln!(w)
@@ -339,7 +345,13 @@ fn floor_tps(r: &ReplayReport, f: Option<&ReplayFloor>, prefill: bool) -> Option
     }
 }
 
-fn print_summary(path: &Path, report: &Report, replays: &[Replays], floor: Option<&ReplayFloor>) {
+fn print_summary(
+    path: &Path,
+    report: &Report,
+    replays: &[Replays],
+    floor: Option<&ReplayFloor>,
+    budget: u64,
+) {
     let t = &report.table;
     println!(
         "pleio demo: {} ({} rows of {} bytes, {} {}), page cache evicted before every cold run",
@@ -388,9 +400,14 @@ fn print_summary(path: &Path, report: &Report, replays: &[Replays], floor: Optio
     ]);
     for r in replays {
         let name = r.strategy.name();
+        let label = if r.strategy == Strategy::Cached {
+            format!("cached {}", human_bytes(budget).replace(".00", "").replace(' ', ""))
+        } else {
+            name.to_string()
+        };
         let read = r.cold.prefill.read_bytes.zip(r.cold.decode.read_bytes);
         row([
-            name,
+            &label,
             &rate(tps(&r.cold, true)),
             &times(floor_ratio(&r.cold, floor, true)),
             &rate(tps(&r.warm, true)),
@@ -563,7 +580,13 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-fn to_json(path: &Path, report: &Report, replays: &[Replays], floor: Option<&ReplayFloor>) -> Json {
+fn to_json(
+    path: &Path,
+    report: &Report,
+    replays: &[Replays],
+    floor: Option<&ReplayFloor>,
+    budget: u64,
+) -> Json {
     let mut j = super::bench::to_json(report);
     j["command"] = json!("demo");
     j["file"]["path"] = json!(path.display().to_string());
@@ -585,6 +608,7 @@ fn to_json(path: &Path, report: &Report, replays: &[Replays], floor: Option<&Rep
                 let f = floor.filter(|_| cold);
                 json!({
                     "strategy": r.strategy.name(),
+                    "cache_budget_bytes": (r.strategy == Strategy::Cached).then_some(budget),
                     "cold": cold,
                     "prefill_tokens": rep.prefill.tokens,
                     "prefill_tokens_per_s": tps(rep, true),
