@@ -538,7 +538,7 @@ mod tests {
             .map(|_| {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
                 let r = x >> 33;
-                if r % 3 == 0 {
+                if r.is_multiple_of(3) {
                     r % 40
                 } else {
                     r % 400
