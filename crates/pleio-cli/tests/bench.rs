@@ -48,8 +48,9 @@ fn bench_writes_every_arm_as_json() {
         std::fs::metadata(&f).unwrap().len()
     );
     let arms = v["arms"].as_array().unwrap();
-    // Per size: 7 strategies, limit and qd1-page cold, 7 warm.
-    assert_eq!(arms.len(), 2 * (9 + 7));
+    // Per size: every strategy, limit and qd1-page cold, every strategy warm.
+    let n = pleio::Strategy::ALL.len();
+    assert_eq!(arms.len(), 2 * (n + 2 + n));
     for a in arms {
         for key in [
             "strategy",

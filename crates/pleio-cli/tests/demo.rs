@@ -31,7 +31,9 @@ fn demo_runs_on_a_small_table_and_reports_every_strategy() {
         return;
     }
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    for name in ["fault", "advise", "pread", "uring", "pool", "auto", "limit"] {
+    for name in [
+        "fault", "advise", "pread", "uring", "pool", "auto", "cached", "limit",
+    ] {
         assert!(
             stdout.lines().any(|l| l.starts_with(name)),
             "no {name} row:\n{stdout}"
@@ -56,7 +58,14 @@ fn demo_runs_on_a_small_table_and_reports_every_strategy() {
     assert!(j["machine"]["cpus"].as_u64().unwrap() >= 1);
     assert_eq!(j["table"]["type"], "IQ4_NL");
     let replays = j["replays"].as_array().unwrap();
-    assert_eq!(replays.len(), 2 * 7, "cold and warm per strategy");
+    assert_eq!(
+        replays.len(),
+        2 * pleio::Strategy::ALL.len(),
+        "cold and warm per strategy"
+    );
+    // The budgeted row says its budget.
+    let cached = replays.iter().find(|r| r["strategy"] == "cached").unwrap();
+    assert_eq!(cached["cache_budget_bytes"], 64 << 20);
     // Every replay gathered the same floats.
     let sums: std::collections::HashSet<_> =
         replays.iter().map(|r| r["checksum"].clone()).collect();
