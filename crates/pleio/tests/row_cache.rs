@@ -1,7 +1,8 @@
 //! The `cached` strategy beyond its bytes (which the one tester checks):
 //! it stays within its budget, reads a row other gathers are waiting for
 //! once, serves hits from its own memory, leaves the page cache alone,
-//! prewarms, and refuses a budget it cannot keep.
+//! prewarms, refuses a budget it cannot keep, leaves the output untouched
+//! when a read fails, and follows the file when it changes.
 
 mod fetch_fixture;
 
@@ -213,6 +214,68 @@ fn clones_share_a_cache_and_a_new_budget_makes_a_new_one() {
     let st = c.gather(&[1, 2, 3], &mut out).unwrap();
     assert_eq!(st.cache_misses, 3);
     assert_eq!(c.cache_budget(), 2 << 20);
+}
+
+#[test]
+fn a_failed_read_leaves_the_output_untouched_and_a_changed_file_empties_the_cache() {
+    use std::os::unix::fs::FileExt;
+    const UNTOUCHED: f32 = -7.25;
+    let fx = Fixture::qwen_on_disk(6000, 28);
+    let t = fx.table.clone();
+    let n = t.rows();
+    let whole = std::fs::read(fx.file.path()).unwrap();
+    let file = fx.file.as_file();
+    // Cut the file inside row 3000: rows 0..2000 are whole, row n-1 is gone.
+    file.set_len(t.offset() + 3000 * t.row_bytes() + 7).unwrap();
+    // The cache is made (and looks at the file) after the cut.
+    let table = cached(&fx, 64 << 10);
+    let hot: Vec<u64> = (0..20).map(|k| k * 37).collect();
+    let mut out = vec![0f32; hot.len() * table.row_elems()];
+    table.gather(&hot, &mut out).unwrap();
+    assert_eq!(bits(&out), bits(&fx.reference(&hot)));
+    let check_fails = |rows: &[u64], what: &str| {
+        let mut out = vec![UNTOUCHED; rows.len() * table.row_elems()];
+        let e = table.gather(rows, &mut out).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Io, "{what}: {e}");
+        assert!(e.to_string().contains("offset"), "{what}: {e}");
+        assert!(
+            out.iter().all(|&x| x == UNTOUCHED),
+            "{what}: output written on error"
+        );
+    };
+    // Hits first, then a row that cannot be read.
+    let mut rows = hot.clone();
+    rows.push(n - 1);
+    check_fails(&rows, "hits and a missing row");
+    assert!(hot.iter().all(|&r| table.is_cached(r)));
+    // Many misses, read in several staging-sized chunks, the last failing.
+    let mut rows: Vec<u64> = (0..2000).collect();
+    rows.push(n - 1);
+    check_fails(&rows, "chunks of misses, the last one failing");
+    // The file is put back (truncated, then written, as `cp` does): the
+    // cache is emptied and every row read again.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    file.set_len(0).unwrap();
+    file.write_all_at(&whole, 0).unwrap();
+    let mut rows = hot.clone();
+    rows.push(n - 1);
+    let mut out = vec![0f32; rows.len() * table.row_elems()];
+    let st = table.gather(&rows, &mut out).unwrap();
+    assert_eq!(bits(&out), bits(&fx.reference(&rows)));
+    assert_eq!(st.cache_hits, 0, "{st:?}");
+    assert_eq!(st.cache_misses, rows.len() as u64, "{st:?}");
+    // Rewritten in place, same length: row 37 now holds row 5's bytes,
+    // and the cache serves the file as it is now (the sleep moves the
+    // file's modification time past the last look's).
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let rb = t.row_bytes() as usize;
+    let at = |r: u64| (t.offset() + r * t.row_bytes()) as usize;
+    file.write_all_at(&whole[at(5)..at(5) + rb], at(37) as u64)
+        .unwrap();
+    let mut out = vec![0f32; table.row_elems()];
+    table.gather(&[37], &mut out).unwrap();
+    assert_eq!(bits(&out), bits(&fx.reference(&[5])));
+    file.write_all_at(&whole, 0).unwrap();
 }
 
 /// CPU time this thread has run, from `/proc/thread-self/schedstat`

@@ -200,10 +200,18 @@ fn shrinking_during_gathers_never_kills_and_never_tears_the_output() {
         let wait_all = |p: u64| {
             let t0 = Instant::now();
             while seen.iter().any(|a| a.load(Ordering::Acquire) != p) {
-                assert!(
-                    t0.elapsed() < Duration::from_secs(60),
-                    "phase {p}: some strategy never saw its outcome"
-                );
+                if t0.elapsed() > Duration::from_secs(60) {
+                    // Stop the workers, or the scope would wait for them
+                    // forever instead of failing.
+                    stop.store(1, Ordering::Release);
+                    let late: Vec<String> = strategies
+                        .iter()
+                        .zip(&seen)
+                        .filter(|(_, a)| a.load(Ordering::Acquire) != p)
+                        .map(|(s, _)| s.to_string())
+                        .collect();
+                    panic!("phase {p}: {late:?} never saw the outcome it forces");
+                }
                 std::thread::sleep(Duration::from_millis(1));
             }
         };

@@ -401,7 +401,10 @@ fn print_summary(
     for r in replays {
         let name = r.strategy.name();
         let label = if r.strategy == Strategy::Cached {
-            format!("cached {}", human_bytes(budget).replace(".00", "").replace(' ', ""))
+            format!(
+                "cached {}",
+                human_bytes(budget).replace(".00", "").replace(' ', "")
+            )
         } else {
             name.to_string()
         };

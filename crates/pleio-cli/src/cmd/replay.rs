@@ -132,7 +132,13 @@ pub fn run(a: Args) -> Result<()> {
             if rep.pass > 1 {
                 println!();
             }
-            print_text(&a, &replayer, tokens.len(), rep, pass_floor(rep, floor.as_ref()));
+            print_text(
+                &a,
+                &replayer,
+                tokens.len(),
+                rep,
+                pass_floor(rep, floor.as_ref()),
+            );
         }
         if reps.len() > 1 {
             print_passes(&reps);
@@ -440,7 +446,9 @@ fn replay_json(
 /// prefill rate over the first's.
 fn print_passes(reps: &[ReplayReport]) {
     println!();
-    println!("| pass | prefill tokens/s | vs pass 1 | decode tokens/s | device reads | cache hit rate |");
+    println!(
+        "| pass | prefill tokens/s | vs pass 1 | decode tokens/s | device reads | cache hit rate |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|");
     let first = reps[0].prefill.tokens_per_s();
     for r in reps {
@@ -598,7 +606,10 @@ fn print_text(
         d.reused_rows,
         d.rows
     );
-    for (phase, g) in [("prefill", &rep.prefill.gathers), ("decode", &rep.decode.gathers)] {
+    for (phase, g) in [
+        ("prefill", &rep.prefill.gathers),
+        ("decode", &rep.decode.gathers),
+    ] {
         if g.cache_hits + g.cache_misses > 0 {
             println!(
                 "{phase:<8} row cache: {} hits, {} misses, {} evictions, {} read by the gathers",

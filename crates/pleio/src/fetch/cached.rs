@@ -8,15 +8,27 @@
 //! `O_DIRECT` io_uring (the aligned blocks covering each row, blocks that
 //! touch merged into one read) into one of the cache's budgeted staging
 //! buffers, chunk by chunk, then decoded and stored. A row another gather
-//! is reading at that moment is waited for, not read twice. Where `O_DIRECT`
-//! or io_uring is unavailable the reads go through the buffered backends
-//! (flagged as a fallback).
+//! is reading at that moment is waited for, not read twice. Every row's
+//! bytes are collected first (hits copied out of the cache under the
+//! shard's lock) and written to the output last, so a failed read leaves
+//! it untouched. Where `O_DIRECT` or io_uring is unavailable the reads go
+//! through the buffered backends (flagged as a fallback).
+//!
+//! The cache stays true to the file: each gather first looks at the file
+//! (one `fstat`), and if its length, inode, modification or change time
+//! differ from what the previous gather saw, the cache is emptied, so a
+//! file that shrank is an error (its rows are read again, and the reads
+//! fail) and a file rewritten in place is served as it is now, never as a
+//! mix of old and new rows. A change landing while a gather runs is seen
+//! by the next one.
 
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::direct::{with_scratch, Kind, Picked, Scratch};
-use super::{GatherError, GatherStats, Table};
+use super::{with_staged, GatherError, GatherStats, Staged, Table};
 use crate::cache::{CachePolicy, Found, RowCache, Sizing};
 use crate::io::{Extent, IoError, ReadPlan, ReadStats, RowReads, UringBackend, UringConfig};
 use crate::output::Out;
@@ -66,6 +78,31 @@ enum Reader {
 pub(super) struct CachedReader {
     pub(super) cache: RowCache,
     reader: Reader,
+    /// The file the reads go to, and how it looked at the last gather.
+    file: File,
+    seen: Mutex<Option<Stamp>>,
+}
+
+/// What a file's `fstat` says about its contents: if any of it changes,
+/// rows cached before may be wrong.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Stamp {
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(f: &File) -> std::io::Result<Stamp> {
+        let m = f.metadata()?;
+        Ok(Stamp {
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
 }
 
 /// Claims a gather holds: on an early return every claim not yet filled
@@ -127,7 +164,8 @@ impl Table {
         stats: &mut GatherStats,
     ) -> Result<(), GatherError> {
         let cr = self.cached_reader()?;
-        let r = with_scratch(|s| cr.gather(self, rows, out, s, stats));
+        cr.check_file(self)?;
+        let r = with_scratch(|s| with_staged(|st| cr.gather(self, rows, out, s, st, stats)));
         let k = cr.cache.counters();
         stats.cache_bytes = Some(k.resident_bytes);
         r
@@ -146,10 +184,13 @@ impl CachedReader {
             direct: true,
             ..UringConfig::default()
         };
-        let (reader, align) = match UringBackend::open(path, cfg) {
+        let (reader, align, file) = match UringBackend::open(path, cfg) {
             Ok(b) => {
                 let a = b.alignment();
-                (Reader::Direct(Box::new(b)), a)
+                let f = b.file().try_clone().map_err(|e| {
+                    format!("cannot duplicate the descriptor of {}: {e}", path.display())
+                })?;
+                (Reader::Direct(Box::new(b)), a, f)
             }
             Err(IoError::UringUnavailable(_) | IoError::DirectUnsupported { .. }) => {
                 let mut p = t
@@ -158,7 +199,9 @@ impl CachedReader {
                     .get(Kind::Uring, "cached")
                     .map_err(|e| e.to_string())?;
                 p.fallback = true;
-                (Reader::Buffered(p), 1)
+                let f =
+                    File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+                (Reader::Buffered(p), 1, f)
             }
             Err(e) => return Err(e.to_string()),
         };
@@ -167,28 +210,49 @@ impl CachedReader {
         Ok(CachedReader {
             cache: RowCache::new(sizing),
             reader,
+            seen: Mutex::new(Stamp::of(&file).ok()),
+            file,
         })
     }
 
+    /// Empties the cache if the file changed since the last look (see the
+    /// module docs).
+    pub(super) fn check_file(&self, t: &Table) -> Result<(), GatherError> {
+        let now = Stamp::of(&self.file).map_err(|error| {
+            read_error(
+                t,
+                self.backend_name(),
+                IoError::Os {
+                    what: "fstat",
+                    error,
+                },
+            )
+        })?;
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if *seen != Some(now) {
+            self.cache.clear();
+            *seen = Some(now);
+        }
+        Ok(())
+    }
+
+    /// Every distinct row's bytes are gathered into `st` (hits copied out
+    /// of the cache, misses read), and only then written to `out`: a failed
+    /// read leaves the output untouched.
     fn gather(
         &self,
         t: &Table,
         rows: &[u64],
         out: &mut Out<'_>,
         s: &mut Scratch,
+        st: &mut Staged,
         stats: &mut GatherStats,
     ) -> Result<(), GatherError> {
+        let rb = t.row_bytes() as usize;
         s.order.clear();
         s.order.extend(rows.iter().copied().zip(0..));
         s.order.sort_unstable();
-        let decoder = &t.shared.decoder;
-        let mut claims = Claims {
-            cache: &self.cache,
-            rows: Vec::new(),
-            filled: 0,
-        };
-        let mut misses = Vec::new();
-        let mut busy = Vec::new();
+        let mut groups = Vec::new();
         let mut k = 0;
         while k < s.order.len() {
             let row = s.order[k].0;
@@ -196,54 +260,98 @@ impl CachedReader {
             while e < s.order.len() && s.order[e].0 == row {
                 e += 1;
             }
-            let g = Group {
+            groups.push(Group {
                 row,
                 start: k,
                 end: e,
-            };
-            let slots = &s.order[k..e];
-            match self
-                .cache
-                .lookup(row, |b| put_all(out, slots, b, decoder))?
-            {
-                Found::Hit => stats.cache_hits += 1,
-                Found::Claimed => {
-                    claims.rows.push(row);
-                    misses.push(g);
-                }
-                Found::Busy => busy.push(g),
-            }
+            });
             k = e;
         }
-        self.read_fill(t, &s.order, &misses, out, &mut claims, &mut s.reads, stats)?;
+        let need = groups
+            .len()
+            .checked_mul(rb)
+            .ok_or(GatherError::OutputLength {
+                got: out.len(),
+                need: usize::MAX,
+                rows: rows.len(),
+                row_elems: t.shared.table.row_elems(),
+            })?;
+        if st.bytes.len() < need {
+            st.bytes.resize(need, 0);
+        }
+        let mut claims = Claims {
+            cache: &self.cache,
+            rows: Vec::new(),
+            filled: 0,
+        };
+        let mut misses = Vec::new();
+        let mut busy = Vec::new();
+        for (u, g) in groups.iter().enumerate() {
+            let dst = &mut st.bytes[u * rb..(u + 1) * rb];
+            match self.cache.lookup(g.row, |b| copy_row(dst, b))? {
+                Found::Hit => stats.cache_hits += 1,
+                Found::Claimed => {
+                    claims.rows.push(g.row);
+                    misses.push(u);
+                }
+                Found::Busy => busy.push(u),
+            }
+        }
+        self.read_fill(
+            t,
+            &groups,
+            &misses,
+            Some(&mut st.bytes),
+            &mut claims,
+            &mut s.reads,
+            stats,
+        )?;
         // Rows other gathers were reading: by now they are in, or their
         // reader gave up and the row is ours to read.
         misses.clear();
-        for &g in &busy {
-            let slots = &s.order[g.start..g.end];
+        for &u in &busy {
+            let dst = &mut st.bytes[u * rb..(u + 1) * rb];
             match self
                 .cache
-                .wait_lookup(g.row, |b| put_all(out, slots, b, decoder))?
+                .wait_lookup(groups[u].row, |b| copy_row(dst, b))?
             {
                 Found::Hit => stats.cache_hits += 1,
                 _ => {
-                    claims.rows.push(g.row);
-                    misses.push(g);
+                    claims.rows.push(groups[u].row);
+                    misses.push(u);
                 }
             }
         }
-        self.read_fill(t, &s.order, &misses, out, &mut claims, &mut s.reads, stats)
+        self.read_fill(
+            t,
+            &groups,
+            &misses,
+            Some(&mut st.bytes),
+            &mut claims,
+            &mut s.reads,
+            stats,
+        )?;
+        for (u, g) in groups.iter().enumerate() {
+            put_all(
+                out,
+                &s.order[g.start..g.end],
+                &st.bytes[u * rb..(u + 1) * rb],
+                &t.shared.decoder,
+            )?;
+        }
+        Ok(())
     }
 
-    /// Reads the claimed rows `misses` (ascending) chunk by chunk into
-    /// staging, writes each to its request slots and stores it.
+    /// Reads the claimed rows `groups[u]` for `u` in `misses` (ascending)
+    /// chunk by chunk into staging, copies each to `dst` (at `u * row
+    /// bytes`, when given) and stores it in the cache.
     #[allow(clippy::too_many_arguments)]
     fn read_fill(
         &self,
         t: &Table,
-        order: &[(u64, usize)],
-        misses: &[Group],
-        out: &mut Out<'_>,
+        groups: &[Group],
+        misses: &[usize],
+        mut dst: Option<&mut Vec<u8>>,
         claims: &mut Claims<'_>,
         reads: &mut RowReads,
         stats: &mut GatherStats,
@@ -251,7 +359,6 @@ impl CachedReader {
         if misses.is_empty() {
             return Ok(());
         }
-        let decoder = &t.shared.decoder;
         let rb = t.row_bytes() as usize;
         let mut staging = self.cache.staging();
         let buf = staging.bytes();
@@ -267,21 +374,20 @@ impl CachedReader {
                         t.shared.table.offset(),
                         rb as u64,
                         b.alignment() as u64,
-                        chunk.iter().map(|g| g.row),
+                        chunk.iter().map(|&u| groups[u].row),
                         buf.len(),
                         &mut extents,
                         &mut at_rows,
                     );
-                    (
-                        n,
-                        b.read_into(&extents, buf)
-                            .map_err(|e| read_error(t, b_name(b), e))?,
-                    )
+                    let io = b
+                        .read_into(&extents, buf)
+                        .map_err(|e| read_error(t, b_name(b), e))?;
+                    (n, io)
                 }
                 Reader::Buffered(p) => {
                     let n = (buf.len() / rb).min(chunk.len()).max(1);
                     ids.clear();
-                    ids.extend(chunk[..n].iter().map(|g| g.row));
+                    ids.extend(chunk[..n].iter().map(|&u| groups[u].row));
                     ReadPlan::for_rows_into(t.shared.table.offset(), rb, &ids, 0, reads).map_err(
                         |e| GatherError::Setup {
                             backend: "cached",
@@ -300,9 +406,12 @@ impl CachedReader {
                 }
             };
             count_io(stats, io, self.backend_name());
-            for (g, &at) in chunk[..n].iter().zip(&at_rows) {
+            for (&u, &at) in chunk[..n].iter().zip(&at_rows) {
+                let g = &groups[u];
                 let bytes = &buf[at..at + rb];
-                put_all(out, &order[g.start..g.end], bytes, decoder)?;
+                if let Some(d) = dst.as_deref_mut() {
+                    d[u * rb..(u + 1) * rb].copy_from_slice(bytes);
+                }
                 stats.cold_rows += (g.end - g.start) as u64;
                 stats.cache_misses += 1;
                 if self.cache.fill(g.row, bytes) {
@@ -334,6 +443,7 @@ impl CachedReader {
         progress: &mut dyn FnMut(u64, u64),
         stats: &mut GatherStats,
     ) -> Result<u64, GatherError> {
+        self.check_file(t)?;
         let capacity = self.cache.sizing().capacity() as usize;
         let mut want: Vec<u64> = Vec::with_capacity(rows.len().min(capacity));
         let mut seen = std::collections::HashSet::new();
@@ -352,7 +462,7 @@ impl CachedReader {
             filled: 0,
         };
         let mut groups = Vec::new();
-        let none = |_: &[u8]| Ok::<(), DecodeError>(());
+        let none = |_: &[u8]| Ok::<(), GatherError>(());
         for &r in &want {
             if self.cache.lookup(r, none)? == Found::Claimed {
                 claims.rows.push(r);
@@ -367,17 +477,22 @@ impl CachedReader {
         let mut reads = RowReads::default();
         // Rows whose reads fill about one staging buffer per step.
         let per = (self.cache.sizing().staging_bytes / 4096).max(64);
+        let all: Vec<usize> = (0..groups.len()).collect();
         let mut done = 0u64;
-        let mut nowhere: [u8; 0] = [];
-        let mut out = Out::bytes(crate::output::Dtype::Raw, &t.shared.table, &mut nowhere)?;
         progress(0, total);
-        for chunk in groups.chunks(per) {
-            self.read_fill(t, &[], chunk, &mut out, &mut claims, &mut reads, stats)?;
+        for chunk in all.chunks(per) {
+            self.read_fill(t, &groups, chunk, None, &mut claims, &mut reads, stats)?;
             done += chunk.len() as u64;
             progress(done, total);
         }
         Ok(done)
     }
+}
+
+/// Copies a cached row's bytes out (under its shard's lock).
+fn copy_row(dst: &mut [u8], src: &[u8]) -> Result<(), GatherError> {
+    dst.copy_from_slice(src);
+    Ok(())
 }
 
 fn b_name(b: &UringBackend) -> &'static str {

@@ -149,6 +149,11 @@ impl UringBackend {
         self.align
     }
 
+    /// The open file the reads go to.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
     /// The device-floor measurement: read each byte extent of `extents` as
     /// one request (an extent longer than [`UringConfig::max_read_bytes`]
     /// as several), all in flight at up to the configured queue depth, into
