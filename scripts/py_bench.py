@@ -138,8 +138,10 @@ import numpy as np
 import pleio
 table, n, batches, seed, offset = sys.argv[1], *map(int, sys.argv[2:6])
 t = pleio.open(table)
+rows, elems = t.rows, t.row_elems
+del t
 rng = np.random.default_rng(seed)
-out = np.empty((n, t.row_elems), np.float32)
+out = np.empty((n, elems), np.float32)
 fd = os.open(table, os.O_RDONLY)
 os.fsync(fd)
 # A second, never-touched mapping of the file to ask mincore what is
@@ -158,32 +160,32 @@ def resident_pages():
         sys.exit(f"mincore: errno {ctypes.get_errno()}")
     return int((vec[offset // page:] & 1).sum())
 def evict(limit):
-    # `t` never maps the rows it reads cold (auto reads them with io_uring),
-    # so dropping the file's page cache evicts them; only the pages `t`
-    # keeps mapped (the header's) stay
+    # No table handle is open here: `auto` maps the rows it reads cold, and
+    # pages a live mapping holds cannot be dropped from the page cache.
     for _ in range(200):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         left = resident_pages()
         if left <= limit:
-            t.forget_residency()
             return left
         time.sleep(0.005)
     sys.exit(f"cannot evict the table: {left} pages stay resident")
 base = evict(2)
-t.gather(rng.integers(0, t.rows, 16))  # sets up the read backends
 times = []
 for _ in range(batches):
-    ids = rng.integers(0, t.rows, n)
+    ids = rng.integers(0, rows, n)
     # as `pleio bench` does: each cold batch is first read by `fault` (its
-    # reference arm), evicted again, then read by `auto`
+    # reference arm), evicted again, then read by `auto`, here through a
+    # fresh handle (knowing nothing resident, as `bench` forgets)
     evict(base)
     f = pleio.open(table, strategy="fault")
     f.gather(ids)
     del f  # unmapped, so its pages can be evicted
     evict(base)
+    t = pleio.open(table)
     t0 = time.perf_counter_ns()
     t.gather(ids, out=out)
     times.append((time.perf_counter_ns() - t0) / 1000)
+    del t
 print(json.dumps({"us": times}))
 """
 

@@ -118,6 +118,7 @@ fn gather_on_a_file_shrinking_under_it_exits_2_with_a_message() {
         "uring",
         "uring-direct",
         "pool",
+        "cached",
     ] {
         std::fs::write(&f, &whole).unwrap();
         evict(&f);

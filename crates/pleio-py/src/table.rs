@@ -106,8 +106,9 @@ impl Table {
 /// set), or the 2-D tensor ``tensor``.
 ///
 /// ``strategy`` picks how rows are read: "auto" (default), "fault",
-/// "advise", "pread", "uring", "uring-direct" or "pool"; every strategy
-/// gives the same bytes. Raises :class:`pleio.NotFoundError` (a
+/// "advise", "pread", "uring", "uring-direct", "pool" or "cached" (a row
+/// cache of the library's default budget, 256 MiB); every strategy gives
+/// the same bytes. Raises :class:`pleio.NotFoundError` (a
 /// ``FileNotFoundError``) for a missing file and
 /// :class:`pleio.InvalidFileError` (a ``ValueError``) for a file or tensor
 /// pleio cannot use.

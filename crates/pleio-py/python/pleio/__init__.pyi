@@ -18,7 +18,7 @@ DtypeLike = Union[
     np.dtype[Any],
     type,
 ]
-Strategy = Literal["auto", "fault", "advise", "pread", "uring", "uring-direct", "pool"]
+Strategy = Literal["auto", "fault", "advise", "pread", "uring", "uring-direct", "pool", "cached"]
 
 class Error(Exception):
     """Base class of every error pleio raises."""

@@ -108,9 +108,10 @@ impl Table {
 
     /// `auto` over a wholly mapped table: rows believed resident are copied
     /// out of the mapping into `st` as the request is walked (timed, to
-    /// catch eviction), the rest read through io_uring and written; the
-    /// staged rows are written last, so a failed read or a faulting copy
-    /// leaves `out` untouched.
+    /// catch eviction), the rest advised together and then copied out the
+    /// same way; every row is written to `out` last, so a faulting copy
+    /// leaves it untouched. A batch whose windows were all resident is
+    /// staged in request order and written without slot lookups.
     fn auto_staged(
         &self,
         rows: &[u64],
@@ -120,18 +121,7 @@ impl Table {
     ) -> Result<(), GatherError> {
         let rb = self.shared.table.row_bytes() as usize;
         let res = self.residency();
-        let need = rows
-            .len()
-            .checked_mul(rb)
-            .ok_or(GatherError::OutputLength {
-                got: out.len(),
-                need: usize::MAX,
-                rows: rows.len(),
-                row_elems: self.shared.table.row_elems(),
-            })?;
-        if st.bytes.len() < need {
-            st.bytes.resize(need, 0);
-        }
+        self.stage_rows(&mut st.bytes, rows.len(), rows.len(), out)?;
         st.slots.clear();
         // Appends `ids` (request indices `slots`) to the staging.
         let stage = |st: &mut Staged, ids: &[u64], slots: &[usize]| {

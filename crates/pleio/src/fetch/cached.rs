@@ -267,18 +267,7 @@ impl CachedReader {
             });
             k = e;
         }
-        let need = groups
-            .len()
-            .checked_mul(rb)
-            .ok_or(GatherError::OutputLength {
-                got: out.len(),
-                need: usize::MAX,
-                rows: rows.len(),
-                row_elems: t.shared.table.row_elems(),
-            })?;
-        if st.bytes.len() < need {
-            st.bytes.resize(need, 0);
-        }
+        t.stage_rows(&mut st.bytes, groups.len(), rows.len(), out)?;
         let mut claims = Claims {
             cache: &self.cache,
             rows: Vec::new(),
@@ -435,14 +424,15 @@ impl CachedReader {
     /// into the cache, reading the missing ones chunk by chunk at the
     /// ring's full queue depth; `progress(done, total)` after each chunk.
     /// Rows already cached or being read by a gather are skipped. Returns
-    /// the rows read.
+    /// the rows read and the rows wanted (the first `capacity` distinct
+    /// rows, in rank order).
     pub(super) fn prewarm(
         &self,
         t: &Table,
         rows: &[u64],
         progress: &mut dyn FnMut(u64, u64),
         stats: &mut GatherStats,
-    ) -> Result<u64, GatherError> {
+    ) -> Result<(u64, Vec<u64>), GatherError> {
         self.check_file(t)?;
         let capacity = self.cache.sizing().capacity() as usize;
         let mut want: Vec<u64> = Vec::with_capacity(rows.len().min(capacity));
@@ -455,6 +445,7 @@ impl CachedReader {
                 want.push(r);
             }
         }
+        let wanted = want.clone();
         want.sort_unstable();
         let mut claims = Claims {
             cache: &self.cache,
@@ -485,7 +476,7 @@ impl CachedReader {
             done += chunk.len() as u64;
             progress(done, total);
         }
-        Ok(done)
+        Ok((done, wanted))
     }
 }
 

@@ -903,20 +903,34 @@ impl Table {
     /// read. Never reads outside the retained fragments: such a row is an
     /// error.
     fn gather_mapped(&self, rows: &[u64], out: &mut Out<'_>) -> Result<(), GatherError> {
-        let rb = self.shared.table.row_bytes() as usize;
-        let need = rows
-            .len()
-            .checked_mul(rb)
+        with_staged(|s| {
+            let need = self.stage_rows(&mut s.bytes, rows.len(), rows.len(), out)?;
+            self.copy_mapped(rows, &mut s.bytes[..need])?;
+            self.put_staged(&s.bytes[..need], None, out)
+        })
+    }
+
+    /// Grows `bytes` to hold at least `n` rows and returns their length;
+    /// an overflow is the output-size error of a request of `requested`
+    /// ids.
+    fn stage_rows(
+        &self,
+        bytes: &mut Vec<u8>,
+        n: usize,
+        requested: usize,
+        out: &Out<'_>,
+    ) -> Result<usize, GatherError> {
+        let need = n
+            .checked_mul(self.shared.table.row_bytes() as usize)
             .ok_or(GatherError::OutputLength {
                 got: out.len(),
                 need: usize::MAX,
-                rows: rows.len(),
+                rows: requested,
                 row_elems: self.shared.table.row_elems(),
             })?;
-        with_staged(|s| {
-            s.bytes.resize(need, 0);
-            self.copy_mapped(rows, &mut s.bytes)?;
-            self.put_staged(&s.bytes, None, out)
-        })
+        if bytes.len() < need {
+            bytes.resize(need, 0);
+        }
+        Ok(need)
     }
 }

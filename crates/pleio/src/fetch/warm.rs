@@ -83,18 +83,7 @@ impl Table {
         let mut stats = GatherStats::default();
         if self.strategy == Strategy::Cached {
             let cr = self.cached_reader()?;
-            let read = cr.prewarm(self, ranked, progress, &mut stats)?;
-            let capacity = cr.cache.sizing().capacity() as usize;
-            let mut set = Vec::new();
-            let mut seen = std::collections::HashSet::new();
-            for &r in ranked {
-                if set.len() >= capacity {
-                    break;
-                }
-                if seen.insert(r) {
-                    set.push(r);
-                }
-            }
+            let (read, set) = cr.prewarm(self, ranked, progress, &mut stats)?;
             return Ok(WarmReport {
                 target: "row cache",
                 rows: set.len() as u64,

@@ -278,22 +278,9 @@ impl UringBackend {
         let mut ops = Vec::with_capacity(extents.len());
         let mut rest = &mut dst[..need];
         for e in extents {
-            let (mut buf, tail) = std::mem::take(&mut rest).split_at_mut(e.len);
+            let (buf, tail) = std::mem::take(&mut rest).split_at_mut(e.len);
             rest = tail;
-            let mut offset = e.offset;
-            let need_end = e.offset + e.want as u64;
-            while !buf.is_empty() {
-                let n = buf.len().min(max);
-                let (head, t) = std::mem::take(&mut buf).split_at_mut(n);
-                let want = need_end.saturating_sub(offset).min(n as u64) as usize;
-                ops.push(Op {
-                    offset,
-                    buf: head,
-                    want,
-                });
-                offset += n as u64;
-                buf = t;
-            }
+            push_reads(&mut ops, buf, e.offset, e.offset + e.want as u64, max);
         }
         let mut state = self.lock();
         self.run(&mut state.ring, &mut ops, a)
@@ -379,22 +366,9 @@ impl UringBackend {
         let mut ops = Vec::with_capacity(ranges.len());
         let mut rest = &mut buf[..];
         for &(start, end, need_end) in &ranges {
-            let (mut range_buf, tail) =
-                std::mem::take(&mut rest).split_at_mut((end - start) as usize);
+            let (range_buf, tail) = std::mem::take(&mut rest).split_at_mut((end - start) as usize);
             rest = tail;
-            let mut offset = start;
-            while !range_buf.is_empty() {
-                let n = range_buf.len().min(max);
-                let (head, tail) = std::mem::take(&mut range_buf).split_at_mut(n);
-                let want = need_end.saturating_sub(offset).min(n as u64) as usize;
-                ops.push(Op {
-                    offset,
-                    buf: head,
-                    want,
-                });
-                offset += n as u64;
-                range_buf = tail;
-            }
+            push_reads(&mut ops, range_buf, start, need_end, max);
         }
         let result = self.run(ring, &mut ops, self.align);
         drop(ops);
@@ -546,6 +520,30 @@ struct Op<'a> {
     offset: u64,
     buf: &'a mut [u8],
     want: usize,
+}
+
+/// Appends the reads of `buf` (the file's bytes from `offset`) to `ops`,
+/// each at most `max` bytes; of each, the bytes before `need_end` must
+/// arrive.
+fn push_reads<'a>(
+    ops: &mut Vec<Op<'a>>,
+    mut buf: &'a mut [u8],
+    mut offset: u64,
+    need_end: u64,
+    max: usize,
+) {
+    while !buf.is_empty() {
+        let n = buf.len().min(max);
+        let (head, tail) = std::mem::take(&mut buf).split_at_mut(n);
+        let want = need_end.saturating_sub(offset).min(n as u64) as usize;
+        ops.push(Op {
+            offset,
+            buf: head,
+            want,
+        });
+        offset += n as u64;
+        buf = tail;
+    }
 }
 
 /// Run `ops` on `ring` with up to `queue_depth` in flight, refilling as
