@@ -15,9 +15,10 @@
 //! that miss the page cache are punted to kernel worker threads, and its
 //! first warm pass paid a minor fault per page, as the pages were cached
 //! but not mapped; populating the page tables after the read
-//! (`MADV_POPULATE_READ`) fixed the warm pass but not the cold one (figures
-//! in the README). Every row is written to the output last, so an error
-//! leaves it untouched.
+//! (`MADV_POPULATE_READ`) fixed the warm pass but not the cold one
+//! (experimental builds measured in the session that made this change; the
+//! README has the chosen design's figures). Every row is written to the
+//! output last, so an error leaves it untouched.
 //!
 //! Rows the bitmap does not know are not taken as cold blindly: the first
 //! few are checked against the page cache (a *probe*: `cachestat`, or
