@@ -183,10 +183,11 @@ fn auto_residency_and_bench_tell_the_truth_to_a_reader_who_does_not_own_the_tabl
         .find(|a| a["strategy"] == "auto" && a["cold"] == true)
         .unwrap_or_else(|| panic!("no cold auto arm: {b}"));
     // This reader's eviction is proven by a sample of read probes (64 of
-    // about 13 200 pages), which cannot see every page of the batch: in one
-    // run of about fifteen a batch had a row whose page was in the page
-    // cache when `auto` probed it, and `auto` rightly took it as resident.
-    // A reader that believed `mincore` would report no cold row at all.
+    // about 13 200 pages), which cannot see every page of a batch: in one
+    // run of about fifteen, 2 of the 32 rows were in the page cache when
+    // `auto` probed them, and `auto` rightly took them as resident (a mean
+    // of 15 cold rows per batch). A reader that believed `mincore` would
+    // report no cold row at all.
     let cold_rows = auto_cold["cold_rows"].as_f64().unwrap();
     assert!((14.0..=16.0).contains(&cold_rows), "{auto_cold}");
 }
