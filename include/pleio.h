@@ -144,7 +144,8 @@ typedef struct pleio_info {
    */
   uint64_t rows_per_token;
   /**
-   * ggml's number of the stored element type (e.g. 20 for IQ4_NL).
+   * ggml's number of the stored element type (e.g. 20 for IQ4_NL);
+   * `UINT32_MAX` for a safetensors checkpoint table (see `type_name`).
    */
   uint32_t ggml_type;
   /**

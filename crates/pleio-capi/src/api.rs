@@ -32,7 +32,8 @@ pub struct pleio_info {
     /// qwen4exp, 1 for gemma4), 0 when the file has none (then
     /// `pleio_sequence_new` fails and says why).
     pub rows_per_token: u64,
-    /// ggml's number of the stored element type (e.g. 20 for IQ4_NL).
+    /// ggml's number of the stored element type (e.g. 20 for IQ4_NL);
+    /// `UINT32_MAX` for a safetensors checkpoint table (see `type_name`).
     pub ggml_type: u32,
     /// ggml's name of the stored element type ("IQ4_NL").
     pub type_name: *const c_char,
@@ -203,7 +204,7 @@ impl TableState {
             row_elems: t.row_elems() as u64,
             row_bytes: t.row_bytes(),
             rows_per_token: self.rows_per_token,
-            ggml_type: t.ty().id(),
+            ggml_type: t.ty().ggml().map_or(u32::MAX, |g| g.id()),
             type_name: type_name.as_ptr(),
             tensor: tensor.as_ptr(),
             path: path.as_ptr(),

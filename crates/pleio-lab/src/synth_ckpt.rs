@@ -26,7 +26,7 @@ use pleio::ngram::released::{
     QwenHeads, QWEN_EOS, QWEN_FULL_ROWS, QWEN_HEADS_PER_NGRAM, QWEN_IMAGE, QWEN_NGRAM_SIZE,
     QWEN_ROW_ELEMS,
 };
-use pleio::quant::encoding::{MLX_GROUP, NVFP4_BLOCK};
+use pleio::quant::encoding::{Encoding, Fp8Scale, ScaleType, MLX_GROUP, NVFP4_BLOCK};
 use pleio::safetensors::{Dtype, SafetensorsError, SafetensorsWriter, INDEX_FILE_NAME};
 
 /// The Hugging Face tensor prefix of the table.
@@ -91,6 +91,31 @@ impl CkptEncoding {
             .iter()
             .map(|&(_, d, w)| w * d.size().unwrap_or(1))
             .sum()
+    }
+
+    /// The row encoding the written tensors describe (with the scales the
+    /// writer uses: [`FP8_SCALE_BF16`], [`NVFP4_GLOBAL`]).
+    pub fn encoding(self) -> Encoding {
+        match self {
+            CkptEncoding::Bf16 => Encoding::Bf16,
+            CkptEncoding::Fp8 => Encoding::Fp8(Fp8Scale::PerTensor(f32::from_bits(
+                u32::from(FP8_SCALE_BF16) << 16,
+            ))),
+            CkptEncoding::Fp8Row => Encoding::Fp8(Fp8Scale::PerRow(ScaleType::Bf16)),
+            CkptEncoding::Nvfp4 => Encoding::Nvfp4 {
+                global_scale: NVFP4_GLOBAL,
+            },
+            CkptEncoding::Mlx4 => Encoding::Mlx4,
+        }
+    }
+
+    /// Bytes of each part of one qwen4exp row, in part order (the
+    /// per-shard tensors: `weight`, then scales, then biases).
+    pub fn part_row_bytes(self) -> Vec<u64> {
+        self.parts(QWEN_ROW_ELEMS)
+            .iter()
+            .map(|&(_, d, w)| w * d.size().unwrap_or(1))
+            .collect()
     }
 
     /// (field, dtype, width) of each per-shard tensor, for rows of `n`.

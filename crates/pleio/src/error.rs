@@ -10,6 +10,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::checkpoint::CheckpointError;
 use crate::fetch::GatherError;
 use crate::gguf::GgufError;
 use crate::io::IoError;
@@ -150,6 +151,41 @@ impl From<GgufError> for Error {
             _ => ErrorKind::InvalidFile,
         };
         Error::new(kind, e)
+    }
+}
+
+impl From<CheckpointError> for Error {
+    fn from(e: CheckpointError) -> Error {
+        use crate::safetensors::SafetensorsError;
+        let kind = match &e {
+            CheckpointError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+                ErrorKind::NotFound
+            }
+            CheckpointError::Io { .. } => ErrorKind::Io,
+            CheckpointError::Safetensors(SafetensorsError::Io { source, .. })
+                if source.kind() == io::ErrorKind::NotFound =>
+            {
+                ErrorKind::NotFound
+            }
+            CheckpointError::Safetensors(SafetensorsError::Io { .. }) => ErrorKind::Io,
+            CheckpointError::NoTable { .. } => ErrorKind::NoTable,
+            CheckpointError::Unsupported { .. } | CheckpointError::Encoding(_) => {
+                ErrorKind::Unsupported
+            }
+            CheckpointError::Config { .. }
+            | CheckpointError::BufferMismatch { .. }
+            | CheckpointError::NoConfig
+            | CheckpointError::Ngram(_) => ErrorKind::RowIds,
+            CheckpointError::RowOutOfRange { .. } => ErrorKind::RowOutOfRange,
+            _ => ErrorKind::InvalidFile,
+        };
+        let row = match &e {
+            CheckpointError::RowOutOfRange { row, .. } => Some(*row),
+            _ => None,
+        };
+        let mut err = Error::new(kind, e);
+        err.row = row;
+        err
     }
 }
 

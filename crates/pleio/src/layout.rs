@@ -1,29 +1,183 @@
-//! [`Layout`]: where the rows of one 2-D tensor of an open model are
-//! (shard, byte offset, row bytes, row count) and their type. It owns no
-//! I/O policy; [`crate::Table`] reads through it.
+//! [`Layout`]: where the rows of a table are and how they are stored. It
+//! owns no I/O policy; [`crate::Table`] reads through it.
+//!
+//! A layout is a row -> extents table: the rows are tiled by [`Shard`]s
+//! (runs of consecutive rows), each stored in one to three parts
+//! ([`ShardPart`]: a file, the offset of the run's first row, the bytes of
+//! that part per row). A GGUF tensor is one shard of one part; a checkpoint
+//! table is many shards, in several files, of one part (BF16, FP8 per
+//! tensor), two (NVFP4, FP8 per row) or three (MLX 4-bit).
+//! [`Layout::extents`] gives the `(file, offset, len)` of each part of a
+//! row; a row's *stored bytes* are its parts concatenated in part order.
 
+use std::fmt;
+use std::ops::Range;
+
+use crate::checkpoint::{CheckpointTable, TableKind};
 use crate::model::{Model, ModelTensor};
+use crate::quant::encoding::Encoding;
 use crate::quant::GgmlType;
 
 /// Name of the per-layer-embedding tensor in `qwen4exp` and `gemma4` files.
 pub const PLE_TENSOR: &str = "per_layer_token_embd.weight";
 
-/// Geometry of one 2-D tensor of an open model: `rows` rows of
-/// `row_elems` elements, `row_bytes` each, from byte `offset` of one shard.
+/// How a table's rows are stored: a ggml block type (GGUF) or a checkpoint
+/// row encoding.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RowFormat {
+    /// A ggml type, decoded exactly as ggml's `to_float`.
+    Ggml(GgmlType),
+    /// A safetensors checkpoint encoding ([`crate::quant::encoding`]).
+    Encoded(Encoding),
+}
+
+impl RowFormat {
+    /// Its name (`iq4_nl`, `q8_0`, ..., `bf16`, `fp8`, `nvfp4`, `mlx4`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            RowFormat::Ggml(t) => t.name(),
+            RowFormat::Encoded(e) => e.name(),
+        }
+    }
+
+    /// The ggml type, for a GGUF table.
+    pub fn ggml(&self) -> Option<GgmlType> {
+        match self {
+            RowFormat::Ggml(t) => Some(*t),
+            RowFormat::Encoded(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for RowFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RowFormat::Ggml(t) => t.fmt(f),
+            RowFormat::Encoded(e) => f.write_str(e.name()),
+        }
+    }
+}
+
+/// One part of a run of rows: the tensor (or manifest field) holding it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardPart {
+    /// The tensor's name (or the manifest's field name).
+    pub tensor: String,
+    /// Index of the file holding it: a GGUF model's shard, or an index into
+    /// [`CheckpointTable::files`].
+    pub file: usize,
+    /// Absolute file offset of the run's first row of this part.
+    pub offset: u64,
+    /// Bytes of this part per row.
+    pub row_bytes: u64,
+}
+
+/// A run of consecutive rows stored together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shard {
+    /// Shard number (`shard_{index}`; 0 for a GGUF tensor).
+    pub index: usize,
+    /// First global row.
+    pub row_start: u64,
+    /// Rows in the shard.
+    pub rows: u64,
+    /// Its parts, in the encoding's part order (every shard has as many).
+    pub parts: Vec<ShardPart>,
+}
+
+/// Bytes of one file that hold one part of a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Extent {
+    /// Index of the file (see [`ShardPart::file`]).
+    pub file: usize,
+    /// Absolute offset in that file.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Index of the region holding it, in [`Layout::regions`] order
+    /// (`shard * parts + part`).
+    pub region: usize,
+}
+
+/// The one to three extents of a row, in part order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowExtents {
+    parts: [Extent; 3],
+    count: usize,
+}
+
+impl RowExtents {
+    /// The extents, in part order.
+    pub fn as_slice(&self) -> &[Extent] {
+        &self.parts[..self.count]
+    }
+}
+
+/// The extents of `row` in `shards` (which tile the rows in order and have
+/// at most three parts each), or `None` past the last shard. Offsets are in
+/// range when the shards were checked against their files.
+pub(crate) fn extents_in(shards: &[Shard], row: u64) -> Option<RowExtents> {
+    let i = shards
+        .partition_point(|s| s.row_start <= row)
+        .checked_sub(1)?;
+    let s = &shards[i];
+    let local = row - s.row_start;
+    if local >= s.rows {
+        return None;
+    }
+    let mut out = RowExtents {
+        parts: [Extent::default(); 3],
+        count: 0,
+    };
+    let n = s.parts.len();
+    for (k, p) in s.parts.iter().take(3).enumerate() {
+        out.parts[k] = Extent {
+            file: p.file,
+            offset: p.offset + local * p.row_bytes,
+            len: p.row_bytes,
+            region: i * n + k,
+        };
+        out.count += 1;
+    }
+    Some(out)
+}
+
+/// The bytes of one file holding one part of one shard's rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Region {
+    /// The file (see [`ShardPart::file`]).
+    pub file: usize,
+    /// Its absolute byte range.
+    pub range: Range<u64>,
+    /// Bytes of the part per row.
+    pub row_bytes: u64,
+    /// First global row of the shard.
+    pub row_start: u64,
+    /// Rows of the shard.
+    pub rows: u64,
+    /// Shard index in [`Layout::shards`].
+    pub shard: usize,
+    /// Part number.
+    pub part: usize,
+}
+
+/// Where the rows of a table are: `rows` rows of `row_elems` elements,
+/// `row_bytes` stored bytes each, as a row -> extents table (see the
+/// module documentation).
 ///
 /// Read-only: a layout is only ever derived from a parsed model
-/// ([`Layout::of_tensor`]), its sizes checked when it is made, so it cannot
-/// describe bytes outside the file it came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// ([`Layout::of_tensor`]) or checkpoint ([`Layout::of_checkpoint`]), its
+/// sizes checked when it is made, so it cannot describe bytes outside the
+/// files it came from.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Layout {
     name: String,
-    ty: GgmlType,
+    ty: RowFormat,
     row_elems: u64,
     rows: u64,
     row_bytes: u64,
     bytes: u64,
-    shard: usize,
-    offset: u64,
+    shards: Vec<Shard>,
 }
 
 /// Errors finding or using a table.
@@ -192,13 +346,69 @@ impl Layout {
             })?;
         Ok(Layout {
             name: name.to_string(),
-            ty,
+            ty: RowFormat::Ggml(ty),
             row_elems,
             rows,
             row_bytes,
             bytes,
-            shard,
-            offset,
+            shards: vec![Shard {
+                index: 0,
+                row_start: 0,
+                rows,
+                parts: vec![ShardPart {
+                    tensor: name.to_string(),
+                    file: shard,
+                    offset,
+                    row_bytes,
+                }],
+            }],
+        })
+    }
+
+    /// A checkpoint-style layout of `shards` (for unit tests).
+    #[cfg(test)]
+    pub(crate) fn for_test(shards: Vec<Shard>, row_bytes: u64) -> Layout {
+        let rows = shards.iter().map(|s| s.rows).sum();
+        Layout {
+            name: "t".into(),
+            ty: RowFormat::Encoded(Encoding::Bf16),
+            row_elems: row_bytes / 2,
+            rows,
+            row_bytes,
+            bytes: rows * row_bytes,
+            shards,
+        }
+    }
+
+    /// The layout of a checkpoint's PLE table: its shards and parts as
+    /// found (and checked against the files) by [`CheckpointTable::open`].
+    pub fn of_checkpoint(t: &CheckpointTable) -> Result<Layout, TableError> {
+        let name = match t.kind {
+            TableKind::Gemma4 => t
+                .shards
+                .first()
+                .and_then(|s| s.parts.first())
+                .map_or_else(|| t.prefix.clone(), |p| p.tensor.clone()),
+            TableKind::QwenNgram => format!("{}ngram_embedding", t.prefix),
+        };
+        let row_bytes = t.row_bytes();
+        if t.row_elems == 0 || row_bytes == 0 {
+            return Err(TableError::EmptyRows { name });
+        }
+        let bytes = t.rows.checked_mul(row_bytes).ok_or(TableError::TooLarge {
+            name: name.clone(),
+            rows: t.rows,
+            row_bytes,
+            offset: 0,
+        })?;
+        Ok(Layout {
+            name,
+            ty: RowFormat::Encoded(t.encoding),
+            row_elems: t.row_elems,
+            rows: t.rows,
+            row_bytes,
+            bytes,
+            shards: t.shards.clone(),
         })
     }
 
@@ -247,8 +457,8 @@ impl Layout {
         &self.name
     }
 
-    /// Element type.
-    pub fn ty(&self) -> GgmlType {
+    /// How the rows are stored (a ggml type, or a checkpoint encoding).
+    pub fn ty(&self) -> RowFormat {
         self.ty
     }
 
@@ -262,44 +472,86 @@ impl Layout {
         self.rows
     }
 
-    /// Bytes per row.
+    /// Stored bytes per row (all parts together).
     pub fn row_bytes(&self) -> u64 {
         self.row_bytes
     }
 
-    /// Index of the shard file holding the tensor.
+    /// Index of the file holding row 0 (for a GGUF table, the shard file
+    /// holding the tensor).
     pub fn shard(&self) -> usize {
-        self.shard
+        self.shards[0].parts[0].file
     }
 
-    /// Absolute byte offset of row 0 in that shard file.
+    /// Absolute byte offset of row 0 (its first part) in that file.
     pub fn offset(&self) -> u64 {
-        self.offset
+        self.shards[0].parts[0].offset
     }
 
-    /// Total bytes of the table (checked at construction).
+    /// Total stored bytes of the table (checked at construction).
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
 
-    /// Absolute byte range of the table in its shard file.
-    pub fn byte_range(&self) -> std::ops::Range<u64> {
-        self.offset..self.offset + self.bytes
+    /// Absolute byte range of the first region ([`Layout::regions`]): the
+    /// whole table when it is one region (every GGUF table, see
+    /// [`Layout::single_region`]).
+    pub fn byte_range(&self) -> Range<u64> {
+        let p = &self.shards[0].parts[0];
+        p.offset..p.offset + self.shards[0].rows * p.row_bytes
     }
 
-    /// Absolute byte offset of `row` in its shard file, or an error naming
-    /// the row and the limit.
-    pub fn row_offset(&self, row: u64) -> Result<u64, TableError> {
-        if row < self.rows {
-            // row < rows, so row * row_bytes < bytes and offset + bytes fits.
-            Ok(self.offset + row * self.row_bytes)
-        } else {
-            Err(TableError::RowOutOfRange {
+    /// The shards tiling the rows, in row order.
+    pub fn shards(&self) -> &[Shard] {
+        &self.shards
+    }
+
+    /// Parts of each row (1 to 3).
+    pub fn parts(&self) -> usize {
+        self.shards[0].parts.len()
+    }
+
+    /// Every region (one part of one shard's rows in one file), shard by
+    /// shard, parts in order: region `shard * parts + part`.
+    pub fn regions(&self) -> impl Iterator<Item = Region> + '_ {
+        self.shards.iter().enumerate().flat_map(|(i, s)| {
+            s.parts.iter().enumerate().map(move |(k, p)| Region {
+                file: p.file,
+                // Checked at construction: inside the file.
+                range: p.offset..p.offset + s.rows * p.row_bytes,
+                row_bytes: p.row_bytes,
+                row_start: s.row_start,
+                rows: s.rows,
+                shard: i,
+                part: k,
+            })
+        })
+    }
+
+    /// The one region, when the table is one run of whole rows in one file
+    /// (every GGUF table): row `r` is `row_bytes` bytes at `offset + r *
+    /// row_bytes`.
+    pub fn single_region(&self) -> Option<Region> {
+        (self.shards.len() == 1 && self.shards[0].parts.len() == 1)
+            .then(|| self.regions().next())
+            .flatten()
+    }
+
+    /// The extents of `row`, or an error naming the row and the limit.
+    pub fn extents(&self, row: u64) -> Result<RowExtents, TableError> {
+        extents_in(&self.shards, row)
+            .filter(|_| row < self.rows)
+            .ok_or_else(|| TableError::RowOutOfRange {
                 name: self.name.clone(),
                 row,
                 n_rows: self.rows,
             })
-        }
+    }
+
+    /// Absolute byte offset of `row` (its first part) in its file, or an
+    /// error naming the row and the limit.
+    pub fn row_offset(&self, row: u64) -> Result<u64, TableError> {
+        self.extents(row).map(|e| e.as_slice()[0].offset)
     }
 
     /// Checks `ids` and widens them to row numbers in `rows` (cleared
@@ -331,9 +583,25 @@ impl Layout {
         }
     }
 
-    /// Page geometry of the rows for a given page size.
+    /// Page geometry of the rows for a given page size. For a table of
+    /// several regions, the sums over its regions (`straddling_rows` then
+    /// counts row parts, and a page two regions share counts twice).
     pub fn page_geometry(&self, page: u64) -> PageGeometry {
-        PageGeometry::of(self.offset, self.row_bytes, self.rows, page)
+        if let Some(r) = self.single_region() {
+            return PageGeometry::of(r.range.start, r.row_bytes, r.rows, page);
+        }
+        let mut g = PageGeometry {
+            page: page.max(1),
+            rows_per_page: page.max(1) / self.row_bytes.max(1),
+            straddling_rows: 0,
+            pages: 0,
+        };
+        for r in self.regions() {
+            let one = PageGeometry::of(r.range.start, r.row_bytes, r.rows, page);
+            g.straddling_rows += one.straddling_rows;
+            g.pages += one.pages;
+        }
+        g
     }
 }
 

@@ -6,9 +6,99 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::fetch::GatherError;
-use crate::layout::Layout;
+use crate::layout::{Layout, RowFormat};
 use crate::quant::convert::{f32_to_bf16, f32_to_f16};
+use crate::quant::encoding::EncodingDecoder;
 use crate::quant::{DecodeError, RowDecoder};
+
+/// The decoder of a table's stored rows: a ggml type's, or a checkpoint
+/// encoding's (which splits a row's stored bytes into its parts).
+#[derive(Debug, Clone)]
+pub(crate) enum Decoder {
+    /// ggml's `to_float`.
+    Ggml(RowDecoder),
+    /// A checkpoint encoding.
+    Encoded(EncodingDecoder),
+}
+
+impl Decoder {
+    /// The fastest exact decoder for the rows of `layout`.
+    pub(crate) fn for_layout(layout: &Layout) -> Result<Decoder, DecodeError> {
+        Ok(match layout.ty() {
+            RowFormat::Ggml(t) => Decoder::Ggml(RowDecoder::new(t)?),
+            RowFormat::Encoded(e) => {
+                let n = usize::try_from(layout.row_elems()).unwrap_or(usize::MAX);
+                Decoder::Encoded(EncodingDecoder::new(e, n)?)
+            }
+        })
+    }
+
+    /// Runs `f` with the parts of the stored row `src` (its parts
+    /// concatenated in part order).
+    fn with_parts<R>(
+        dec: &EncodingDecoder,
+        src: &[u8],
+        f: impl FnOnce(&[&[u8]]) -> Result<R, crate::quant::encoding::EncodingError>,
+    ) -> Result<R, DecodeError> {
+        let sizes = dec.part_bytes();
+        let mut parts: [&[u8]; 3] = [&[]; 3];
+        let mut rest = src;
+        let n = sizes.as_slice().len();
+        for (slot, &len) in parts.iter_mut().zip(sizes.as_slice()) {
+            let (head, tail) = rest.split_at(len.min(rest.len()));
+            *slot = head;
+            rest = tail;
+        }
+        if !rest.is_empty() {
+            // Too many bytes: the last part's length check reports it.
+            parts[n - 1] = &src[src.len() - rest.len() - parts[n - 1].len()..];
+        }
+        Ok(f(&parts[..n])?)
+    }
+
+    /// Decodes the stored row `src` into f32.
+    pub(crate) fn decode(&self, src: &[u8], dst: &mut [f32]) -> Result<(), DecodeError> {
+        match self {
+            Decoder::Ggml(d) => d.decode(src, dst),
+            Decoder::Encoded(d) => Decoder::with_parts(d, src, |p| d.decode_f32(p, dst)),
+        }
+    }
+
+    /// Decodes the stored row `src` into bf16 (`bf16 == true`) or f16 bits,
+    /// rounded to nearest even from the exact f32 value.
+    fn decode_half(&self, bf16: bool, src: &[u8], dst: &mut [u8]) -> Result<(), DecodeError> {
+        match self {
+            Decoder::Ggml(d) => with_row(dst.len() / 2, |row| {
+                d.decode(src, row)?;
+                let conv = if bf16 { f32_to_bf16 } else { f32_to_f16 };
+                for (o, &x) in dst.chunks_exact_mut(2).zip(row.iter()) {
+                    o.copy_from_slice(&conv(x).to_le_bytes());
+                }
+                Ok(())
+            }),
+            Decoder::Encoded(d) => HALF.with(|cell| {
+                let mut fresh = Vec::new();
+                let mut guard = cell.try_borrow_mut();
+                let half = match guard.as_deref_mut() {
+                    Ok(h) => h,
+                    Err(_) => &mut fresh,
+                };
+                half.resize(dst.len() / 2, 0);
+                Decoder::with_parts(d, src, |p| {
+                    if bf16 {
+                        d.decode_bf16(p, half)
+                    } else {
+                        d.decode_f16(p, half)
+                    }
+                })?;
+                for (o, &x) in dst.chunks_exact_mut(2).zip(half.iter()) {
+                    o.copy_from_slice(&x.to_le_bytes());
+                }
+                Ok(())
+            }),
+        }
+    }
+}
 
 /// The element type rows are gathered as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -22,7 +112,10 @@ pub enum Dtype {
     /// IEEE binary16 bits, rounded to nearest even from the exact f32.
     F16,
     /// The row's stored bytes, undecoded (for engines that dequantize on
-    /// the GPU).
+    /// the GPU): for a checkpoint row stored in several parts (NVFP4,
+    /// MLX 4-bit, FP8 with per-row scales), its parts concatenated in part
+    /// order (e.g. MLX: words, scales, biases); a per-tensor scale is not
+    /// part of the row.
     Raw,
 }
 
@@ -81,8 +174,11 @@ impl Dtype {
 }
 
 thread_local! {
-    /// One decoded row, for the 16-bit outputs.
+    /// One decoded row, for the 16-bit and byte outputs.
     static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// One row of 16-bit values, for the checkpoint decoders' direct
+    /// bf16/f16 kernels.
+    static HALF: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Where a gather writes its rows: f32s, or bytes of a [`Dtype`].
@@ -145,7 +241,7 @@ impl<'a> Out<'a> {
         &mut self,
         i: usize,
         src: &[u8],
-        decoder: &RowDecoder,
+        decoder: &Decoder,
     ) -> Result<(), DecodeError> {
         let n = self.row_len;
         match &mut self.buf {
@@ -164,18 +260,9 @@ impl<'a> Out<'a> {
                         }
                         Ok(())
                     }),
-                    Dtype::Bf16 | Dtype::F16 => with_row(n / 2, |row| {
-                        decoder.decode(src, row)?;
-                        let conv = if *dtype == Dtype::Bf16 {
-                            f32_to_bf16
-                        } else {
-                            f32_to_f16
-                        };
-                        for (d, &x) in dst.chunks_exact_mut(2).zip(row.iter()) {
-                            d.copy_from_slice(&conv(x).to_le_bytes());
-                        }
-                        Ok(())
-                    }),
+                    Dtype::Bf16 | Dtype::F16 => {
+                        decoder.decode_half(*dtype == Dtype::Bf16, src, dst)
+                    }
                 }
             }
         }

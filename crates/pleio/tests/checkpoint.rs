@@ -9,10 +9,7 @@ use std::os::unix::fs::FileExt;
 use pleio::checkpoint::{CheckpointTable, TableKind, TableSource};
 use pleio::ngram::released::{QwenHeads, QWEN_EOS, QWEN_FULL_ROWS, QWEN_IMAGE, QWEN_MULTIPLIERS};
 use pleio::ngram::QwenNgramParams;
-use pleio::quant::encoding::{Encoding, Fp8Scale, ScaleType};
-use pleio_lab::synth_ckpt::{
-    fill_part, part_rng, write_checkpoint, CkptEncoding, CkptSpec, FP8_SCALE_BF16, NVFP4_GLOBAL,
-};
+use pleio_lab::synth_ckpt::{fill_part, part_rng, write_checkpoint, CkptEncoding, CkptSpec};
 
 const ALL: [CkptEncoding; 5] = [
     CkptEncoding::Bf16,
@@ -48,18 +45,7 @@ fn check_table(spec: &CkptSpec, t: &CheckpointTable) {
     assert_eq!(t.rows, layout.rows);
     assert_eq!(t.row_elems, 160);
     assert_eq!(t.shards.len(), spec.shards);
-    let want = match spec.encoding {
-        CkptEncoding::Bf16 => Encoding::Bf16,
-        CkptEncoding::Fp8 => Encoding::Fp8(Fp8Scale::PerTensor(f32::from_bits(
-            u32::from(FP8_SCALE_BF16) << 16,
-        ))),
-        CkptEncoding::Fp8Row => Encoding::Fp8(Fp8Scale::PerRow(ScaleType::Bf16)),
-        CkptEncoding::Nvfp4 => Encoding::Nvfp4 {
-            global_scale: NVFP4_GLOBAL,
-        },
-        CkptEncoding::Mlx4 => Encoding::Mlx4,
-    };
-    assert_eq!(t.encoding, want);
+    assert_eq!(t.encoding, spec.encoding.encoding());
     // The n-gram parameters: the synth heads, the released multipliers.
     let heads = QwenHeads::for_rows(layout.rows).unwrap();
     let params = QwenNgramParams::new(

@@ -102,7 +102,7 @@ fn cache_dir(dir: Option<PathBuf>) -> Result<PathBuf> {
 fn ensure_table(path: &Path, rows: u64) -> Result<()> {
     if let Ok(model) = Model::open(path) {
         if let Ok(t) = Layout::of_ple(&model) {
-            if t.rows() == rows && t.ty() == GgmlType::IQ4_NL {
+            if t.rows() == rows && t.ty() == pleio::layout::RowFormat::Ggml(GgmlType::IQ4_NL) {
                 eprintln!("using cached table {}", path.display());
                 return Ok(());
             }

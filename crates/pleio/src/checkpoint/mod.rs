@@ -32,11 +32,22 @@ pub mod config;
 mod discover;
 mod manifest;
 
+pub use crate::layout::{Extent, RowExtents, Shard, ShardPart};
 pub use config::{ConfigError, NgramConfig};
 pub use manifest::PLE_STORE_FILE_NAME;
 
 /// The file name of a checkpoint's config.
 pub const CONFIG_FILE_NAME: &str = "config.json";
+
+/// True for a path [`crate::Table::open`] reads as a safetensors
+/// checkpoint: a directory, or a `.json` (index, manifest) or
+/// `.safetensors` file.
+pub fn is_checkpoint_path(path: &std::path::Path) -> bool {
+    path.is_dir()
+        || path.extension().is_some_and(|e| {
+            e.eq_ignore_ascii_case("json") || e.eq_ignore_ascii_case("safetensors")
+        })
+}
 
 /// Which model's table this is, and so how token ids become row ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,57 +66,6 @@ pub enum TableSource {
     /// An mlx-vlm `ple-store.json` manifest (version 2,
     /// `safetensors_ranges`).
     PleStore,
-}
-
-/// One region of a shard: the tensor whose rows hold one part of each row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShardPart {
-    /// The tensor's name (or the manifest's field name).
-    pub tensor: String,
-    /// Index into [`CheckpointTable::files`].
-    pub file: usize,
-    /// Absolute file offset of the shard's first row of this part.
-    pub offset: u64,
-    /// Bytes of this part per row.
-    pub row_bytes: u64,
-}
-
-/// A run of consecutive rows stored together.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shard {
-    /// Shard number (`shard_{index}`).
-    pub index: usize,
-    /// First global row.
-    pub row_start: u64,
-    /// Rows in the shard.
-    pub rows: u64,
-    /// Its parts, in the encoding's part order.
-    pub parts: Vec<ShardPart>,
-}
-
-/// Bytes of one file that hold one part of a row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Extent {
-    /// Index into [`CheckpointTable::files`].
-    pub file: usize,
-    /// Absolute offset in that file.
-    pub offset: u64,
-    /// Length in bytes.
-    pub len: u64,
-}
-
-/// The one to three extents of a row, in part order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RowExtents {
-    parts: [Extent; 3],
-    count: usize,
-}
-
-impl RowExtents {
-    /// The extents, in part order.
-    pub fn as_slice(&self) -> &[Extent] {
-        &self.parts[..self.count]
-    }
 }
 
 /// The n-gram buffers a checkpoint carries beside its table.
@@ -363,24 +323,12 @@ impl CheckpointTable {
 
     /// The file regions of `row`, one per part.
     pub fn row_extents(&self, row: u64) -> Result<RowExtents, CheckpointError> {
-        let (i, local) = self.shard_of(row).ok_or(CheckpointError::RowOutOfRange {
-            row,
-            rows: self.rows,
-        })?;
-        let mut out = RowExtents {
-            parts: [Extent::default(); 3],
-            count: 0,
-        };
-        for p in &self.shards[i].parts {
-            // In range: checked at open against the tensor's byte range.
-            out.parts[out.count] = Extent {
-                file: p.file,
-                offset: p.offset + local * p.row_bytes,
-                len: p.row_bytes,
-            };
-            out.count += 1;
-        }
-        Ok(out)
+        crate::layout::extents_in(&self.shards, row)
+            .filter(|_| row < self.rows)
+            .ok_or(CheckpointError::RowOutOfRange {
+                row,
+                rows: self.rows,
+            })
     }
 
     /// A decoder for this table's rows.

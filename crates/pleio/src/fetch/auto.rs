@@ -66,23 +66,34 @@ pub(super) const PROBE: usize = 8;
 impl Table {
     /// The residency bitmap, created on first use.
     pub(super) fn residency(&self) -> &Residency {
-        let t = &self.shared.table;
         self.shared.residency.get_or_init(|| {
             let page = self
                 .mapping()
                 .map_or_else(crate::sys::page_size, |m| m.page_size());
-            Residency::new(t.offset(), t.row_bytes(), t.rows(), page)
+            Residency::of(&self.shared.table, page)
         })
     }
 
-    /// True if the page cache holds every page of `row` (a probe; see
-    /// [`crate::map::Mapping::all_resident`]).
+    /// True if the page cache holds every page of every part of `row` (a
+    /// probe; see [`crate::map::Mapping::all_resident`]).
     fn probe_resident(&self, row: u64) -> bool {
-        let t = &self.shared.table;
-        let start = t.offset() + row * t.row_bytes();
-        self.mapping()
-            .and_then(|m| m.all_resident(start..start + t.row_bytes()))
-            .unwrap_or(false)
+        let Ok(ext) = self.shared.table.extents(row) else {
+            return false;
+        };
+        ext.as_slice().iter().all(|e| {
+            self.mapping_of(e.file)
+                .and_then(|m| m.all_resident(e.offset..e.offset + e.len))
+                .unwrap_or(false)
+        })
+    }
+
+    /// True if every region of the table is mapped.
+    fn wholly_mapped(&self) -> bool {
+        self.shared.table.regions().all(|r| {
+            self.mapping_of(r.file)
+                .and_then(|m| m.bytes(r.range.start, r.range.end - r.range.start))
+                .is_some()
+        })
     }
 
     pub(super) fn gather_auto(
@@ -91,12 +102,7 @@ impl Table {
         out: &mut Out<'_>,
         stats: &mut GatherStats,
     ) -> Result<(), GatherError> {
-        let t = &self.shared.table;
-        if self
-            .mapping()
-            .and_then(|m| m.bytes(t.offset(), t.bytes()))
-            .is_none()
-        {
+        if !self.wholly_mapped() {
             // Table not mapped whole (unmapped fragments, or no mapping):
             // read everything; without a file, let the mapped path decide.
             return match self.gather_direct(Kind::Uring, rows, out, stats) {

@@ -31,8 +31,8 @@ use super::direct::{with_scratch, Kind, Picked, Scratch};
 use super::{with_staged, GatherError, GatherStats, Staged, Table};
 use crate::cache::{CachePolicy, Found, RowCache, Sizing};
 use crate::io::{Extent, IoError, ReadPlan, ReadStats, RowReads, UringBackend, UringConfig};
-use crate::output::Out;
-use crate::quant::{DecodeError, RowDecoder};
+use crate::output::{Decoder, Out};
+use crate::quant::DecodeError;
 
 /// The row cache budget of a table handle that did not set one.
 pub const DEFAULT_BUDGET: u64 = 256 << 20;
@@ -135,7 +135,7 @@ fn put_all(
     out: &mut Out<'_>,
     slots: &[(u64, usize)],
     bytes: &[u8],
-    decoder: &RowDecoder,
+    decoder: &Decoder,
 ) -> Result<(), DecodeError> {
     for &(_, i) in slots {
         out.put(i, bytes, decoder)?;
@@ -174,10 +174,17 @@ impl Table {
 
 impl CachedReader {
     fn create(t: &Table, budget: u64, policy: CachePolicy) -> Result<CachedReader, String> {
+        if t.shared.table.regions().count() != 1 {
+            return Err(
+                "the cached strategy serves tables stored as one region of one file \
+                 (a GGUF tensor); this table's rows are split over several"
+                    .into(),
+            );
+        }
         let path = t
             .shared
             .backends
-            .path()
+            .path(0)
             .ok_or("the table was opened without a file path")?;
         let cfg = UringConfig {
             queue_depth: QUEUE_DEPTH,
@@ -196,7 +203,7 @@ impl CachedReader {
                 let mut p = t
                     .shared
                     .backends
-                    .get(Kind::Uring, "cached")
+                    .get(Kind::Uring, "cached", 0)
                     .map_err(|e| e.to_string())?;
                 p.fallback = true;
                 let f =
@@ -503,7 +510,7 @@ fn read_error(t: &Table, backend: &'static str, error: IoError) -> GatherError {
         path: t
             .shared
             .backends
-            .path()
+            .path(0)
             .map(Path::to_path_buf)
             .unwrap_or_default(),
         error,

@@ -40,7 +40,7 @@ pub(super) enum Kind {
 }
 
 impl Kind {
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Kind::Pread => "pread",
             Kind::Pool => "pool",
@@ -59,9 +59,9 @@ pub(super) struct Picked {
 
 type Slot = OnceLock<Result<Picked, String>>;
 
-/// The read backends of one reader, each created on first use.
-pub(super) struct Backends {
-    path: Option<PathBuf>,
+/// The read backends of one file, each created on first use.
+struct FileBackends {
+    path: PathBuf,
     file: OnceLock<Result<Arc<File>, String>>,
     pread: Slot,
     pool: Slot,
@@ -69,50 +69,72 @@ pub(super) struct Backends {
     uring_direct: Slot,
 }
 
+/// The read backends of one reader: per file its rows live in, each
+/// created on first use.
+pub(super) struct Backends {
+    files: Vec<FileBackends>,
+    /// Files the table's rows are in (the pool's threads are shared out).
+    used: usize,
+}
+
 impl Backends {
-    pub(super) fn new(path: Option<PathBuf>) -> Backends {
+    /// Backends for the files `paths` (indexed like
+    /// [`crate::layout::ShardPart::file`]), `used` of which hold rows.
+    pub(super) fn new(paths: Vec<PathBuf>, used: usize) -> Backends {
         Backends {
-            path,
-            file: OnceLock::new(),
-            pread: OnceLock::new(),
-            pool: OnceLock::new(),
-            uring: OnceLock::new(),
-            uring_direct: OnceLock::new(),
+            used,
+            files: paths
+                .into_iter()
+                .map(|path| FileBackends {
+                    path,
+                    file: OnceLock::new(),
+                    pread: OnceLock::new(),
+                    pool: OnceLock::new(),
+                    uring: OnceLock::new(),
+                    uring_direct: OnceLock::new(),
+                })
+                .collect(),
         }
     }
 
-    pub(super) fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
+    /// The path of file `file`.
+    pub(super) fn path(&self, file: usize) -> Option<&Path> {
+        self.files.get(file).map(|f| f.path.as_path())
     }
 
-    fn file(&self, path: &Path) -> Result<Arc<File>, String> {
-        self.file
+    fn file(&self, f: &FileBackends) -> Result<Arc<File>, String> {
+        f.file
             .get_or_init(|| {
-                File::open(path)
-                    .map(|f| {
-                        crate::sys::random_reads(&f);
-                        Arc::new(f)
+                File::open(&f.path)
+                    .map(|file| {
+                        crate::sys::random_reads(&file);
+                        Arc::new(file)
                     })
-                    .map_err(|e| format!("cannot open {}: {e}", path.display()))
+                    .map_err(|e| format!("cannot open {}: {e}", f.path.display()))
             })
             .clone()
     }
 
-    /// The backend for `kind`, created on first use. io_uring unavailable
-    /// (or `O_DIRECT` refused) falls back to the pool (or buffered io_uring),
-    /// flagged in [`Picked::fallback`].
-    pub(super) fn get(&self, kind: Kind, strategy: &'static str) -> Result<Picked, GatherError> {
-        let path = self
-            .path
-            .as_deref()
+    /// The backend for `kind` reading file `file`, created on first use.
+    /// io_uring unavailable (or `O_DIRECT` refused) falls back to the pool
+    /// (or buffered io_uring), flagged in [`Picked::fallback`].
+    pub(super) fn get(
+        &self,
+        kind: Kind,
+        strategy: &'static str,
+        file: usize,
+    ) -> Result<Picked, GatherError> {
+        let f = self
+            .files
+            .get(file)
             .ok_or(GatherError::NoFile { strategy })?;
         let slot = match kind {
-            Kind::Pread => &self.pread,
-            Kind::Pool => &self.pool,
-            Kind::Uring => &self.uring,
-            Kind::UringDirect => &self.uring_direct,
+            Kind::Pread => &f.pread,
+            Kind::Pool => &f.pool,
+            Kind::Uring => &f.uring,
+            Kind::UringDirect => &f.uring_direct,
         };
-        slot.get_or_init(|| self.create(kind, path, strategy))
+        slot.get_or_init(|| self.create(kind, f, file, strategy))
             .clone()
             .map_err(|reason| GatherError::Setup {
                 backend: kind.name(),
@@ -120,27 +142,39 @@ impl Backends {
             })
     }
 
-    fn create(&self, kind: Kind, path: &Path, strategy: &'static str) -> Result<Picked, String> {
+    fn create(
+        &self,
+        kind: Kind,
+        f: &FileBackends,
+        index: usize,
+        strategy: &'static str,
+    ) -> Result<Picked, String> {
         let exact = |backend: Arc<dyn ReadBackend>| Picked {
             backend,
             fallback: false,
         };
         let fall_back = |to: Kind| -> Result<Picked, String> {
-            let mut p = self.get(to, strategy).map_err(|e| e.to_string())?;
+            let mut p = self.get(to, strategy, index).map_err(|e| e.to_string())?;
             p.fallback = true;
             Ok(p)
         };
         match kind {
-            Kind::Pread => Ok(exact(Arc::new(PreadBackend::new(self.file(path)?)))),
-            Kind::Pool => PoolBackend::new(self.file(path)?, PoolConfig::default())
-                .map(|b| exact(Arc::new(b)))
-                .map_err(|e| e.to_string()),
+            Kind::Pread => Ok(exact(Arc::new(PreadBackend::new(self.file(f)?)))),
+            Kind::Pool => {
+                // One pool per file: a table spread over many files shares
+                // the default thread budget out among them (at least 4 each).
+                let mut cfg = PoolConfig::default();
+                cfg.threads = (cfg.threads / self.used.max(1)).max(4);
+                PoolBackend::new(self.file(f)?, cfg)
+                    .map(|b| exact(Arc::new(b)))
+                    .map_err(|e| e.to_string())
+            }
             Kind::Uring | Kind::UringDirect => {
                 let cfg = UringConfig {
                     direct: kind == Kind::UringDirect,
                     ..UringConfig::default()
                 };
-                match UringBackend::open(path, cfg) {
+                match UringBackend::open(&f.path, cfg) {
                     Ok(b) => Ok(exact(Arc::new(b))),
                     Err(IoError::UringUnavailable(_)) => fall_back(Kind::Pool),
                     Err(IoError::DirectUnsupported { .. }) => fall_back(Kind::Uring),
@@ -158,8 +192,15 @@ pub(super) struct Scratch {
     pub(super) order: Vec<(u64, usize)>,
     /// Distinct rows, ascending.
     pub(super) uniq: Vec<u64>,
+    /// Every part of every distinct row: (file, offset, len, `u * parts +
+    /// part` for distinct row `u`), sorted by file and offset.
+    extents: Vec<(usize, u64, usize, usize)>,
+    /// Where each part landed in staging, by `u * parts + part`.
+    at: Vec<usize>,
     pub(super) reads: RowReads,
     staging: Vec<u8>,
+    /// One row of several parts, put together.
+    row: Vec<u8>,
 }
 
 thread_local! {
@@ -184,23 +225,22 @@ impl Table {
         out: &mut Out<'_>,
         stats: &mut GatherStats,
     ) -> Result<(), GatherError> {
-        let strategy = match kind {
-            Kind::Pread => "pread",
-            Kind::Pool => "pool",
-            Kind::Uring => "uring",
-            Kind::UringDirect => "uring-direct",
-        };
-        let picked = self.shared.backends.get(kind, strategy)?;
-        with_scratch(|s| self.read_decode(&picked, rows, 0..rows.len(), out, None, s, stats))
+        with_scratch(|s| {
+            self.read_decode(kind, kind.name(), rows, 0..rows.len(), out, None, s, stats)
+        })
     }
 
     /// Reads the rows `rows[i]` for `i` in `picks` (request indices, any
-    /// order) with one plan through `picked`, decodes each into its output
-    /// slot, and, with `mark`, records their pages as resident.
+    /// order) through the backend `kind` of each file they are in (one plan
+    /// per file: every part of every distinct row, sorted, small gaps
+    /// coalesced), decodes each into its output slot, and, with `mark`,
+    /// records their pages as resident. Nothing is written before every
+    /// read succeeded.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn read_decode(
         &self,
-        picked: &Picked,
+        kind: Kind,
+        strategy: &'static str,
         rows: &[u64],
         picks: impl IntoIterator<Item = usize>,
         out: &mut Out<'_>,
@@ -210,6 +250,7 @@ impl Table {
     ) -> Result<(), GatherError> {
         let t = &self.shared.table;
         let rb = t.row_bytes() as usize;
+        let parts = t.parts();
         s.order.clear();
         s.order.extend(picks.into_iter().map(|i| (rows[i], i)));
         if s.order.is_empty() {
@@ -219,53 +260,47 @@ impl Table {
         s.uniq.clear();
         s.uniq.extend(s.order.iter().map(|&(r, _)| r));
         s.uniq.dedup();
-        ReadPlan::for_rows_into(t.offset(), rb, &s.uniq, COALESCE_GAP, &mut s.reads).map_err(
-            |e| GatherError::Setup {
-                backend: picked.backend.name(),
-                reason: format!("planning reads: {e}"),
-            },
-        )?;
-        let need = s.reads.plan.staging_len();
-        if s.staging.len() < need {
-            s.staging.resize(need, 0);
+        s.extents.clear();
+        for (u, &row) in s.uniq.iter().enumerate() {
+            for (k, e) in t.extents(row)?.as_slice().iter().enumerate() {
+                s.extents
+                    .push((e.file, e.offset, e.len as usize, u * parts + k));
+            }
         }
-        let result = picked.backend.read(&s.reads.plan, &mut s.staging[..need]);
-        let io = match result {
-            Ok(io) => io,
-            Err(source) => {
-                if s.staging.len() > STAGING_KEEP {
-                    s.staging = Vec::new();
+        // Already sorted for a table of one region (a linear check).
+        s.extents.sort_unstable();
+        s.at.clear();
+        s.at.resize(s.uniq.len() * parts, 0);
+        let result = self.read_files(kind, strategy, s, stats);
+        let decoded = result.and_then(|()| {
+            // Walk the sorted requests and the distinct rows together.
+            let Scratch {
+                order,
+                uniq,
+                at,
+                staging,
+                row: joined,
+                ..
+            } = s;
+            let mut u = 0usize;
+            for &(row, i) in order.iter() {
+                while uniq[u] != row {
+                    u += 1;
                 }
-                return Err(GatherError::Read {
-                    backend: picked.backend.name(),
-                    path: self
-                        .shared
-                        .backends
-                        .path()
-                        .map(Path::to_path_buf)
-                        .unwrap_or_default(),
-                    error: source,
-                });
+                let src = if parts == 1 {
+                    &staging[at[u]..at[u] + rb]
+                } else {
+                    joined.clear();
+                    for (k, p) in t.shards()[0].parts.iter().enumerate() {
+                        let a = at[u * parts + k];
+                        joined.extend_from_slice(&staging[a..a + p.row_bytes as usize]);
+                    }
+                    &joined[..]
+                };
+                out.put(i, src, &self.shared.decoder)?;
             }
-        };
-        stats.cold_rows += s.order.len() as u64;
-        stats.read_requests += io.requests;
-        stats.read_bytes += io.bytes;
-        stats.backend = Some(picked.backend.name());
-        stats.fallback |= picked.fallback;
-        // Walk the sorted requests and the distinct rows together.
-        let mut u = 0usize;
-        let mut decoded = Ok(());
-        for &(row, i) in &s.order {
-            while s.uniq[u] != row {
-                u += 1;
-            }
-            let at = s.reads.staging_offsets[u];
-            if let Err(e) = out.put(i, &s.staging[at..at + rb], &self.shared.decoder) {
-                decoded = Err(e.into());
-                break;
-            }
-        }
+            Ok(())
+        });
         if decoded.is_ok() {
             if let Some(res) = mark {
                 for &row in &s.uniq {
@@ -277,5 +312,70 @@ impl Table {
             s.staging = Vec::new();
         }
         decoded
+    }
+
+    /// Reads `s.extents` (sorted by file and offset) file by file into
+    /// `s.staging`, one plan and one backend read per file, and records in
+    /// `s.at` where each landed.
+    fn read_files(
+        &self,
+        kind: Kind,
+        strategy: &'static str,
+        s: &mut Scratch,
+        stats: &mut GatherStats,
+    ) -> Result<(), GatherError> {
+        let mut base = 0usize;
+        let mut i = 0usize;
+        while i < s.extents.len() {
+            let file = s.extents[i].0;
+            let n = s.extents[i..].partition_point(|e| e.0 == file);
+            let group = &s.extents[i..i + n];
+            let picked = self.shared.backends.get(kind, strategy, file)?;
+            let setup = |e: crate::io::PlanError| GatherError::Setup {
+                backend: picked.backend.name(),
+                reason: format!("planning reads: {e}"),
+            };
+            ReadPlan::for_extents_into(
+                group.iter().map(|&(_, off, len, _)| (off, len)),
+                COALESCE_GAP,
+                &mut s.reads,
+            )
+            .map_err(setup)?;
+            let end = base
+                .checked_add(s.reads.plan.staging_len())
+                .ok_or_else(|| setup(crate::io::PlanError::Overflow { index: 0 }))?;
+            if s.staging.len() < end {
+                s.staging.resize(end, 0);
+            }
+            let io = picked
+                .backend
+                .read(&s.reads.plan, &mut s.staging[base..end])
+                .map_err(|error| {
+                    if s.staging.len() > STAGING_KEEP {
+                        s.staging = Vec::new();
+                    }
+                    GatherError::Read {
+                        backend: picked.backend.name(),
+                        path: self
+                            .shared
+                            .backends
+                            .path(file)
+                            .map(Path::to_path_buf)
+                            .unwrap_or_default(),
+                        error,
+                    }
+                })?;
+            for (&(_, _, _, slot), &off) in group.iter().zip(&s.reads.staging_offsets) {
+                s.at[slot] = base + off;
+            }
+            stats.read_requests += io.requests;
+            stats.read_bytes += io.bytes;
+            stats.backend = Some(picked.backend.name());
+            stats.fallback |= picked.fallback;
+            base = end;
+            i += n;
+        }
+        stats.cold_rows += s.order.len() as u64;
+        Ok(())
     }
 }

@@ -39,17 +39,17 @@ use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 
 use crate::cache::{CacheCounters, CachePolicy, Sizing};
+use crate::checkpoint::{is_checkpoint_path, CheckpointError, CheckpointTable, TableKind};
 use crate::error::Error;
 use crate::io::IoError;
-use crate::layout::{Layout, RowId, TableError};
+use crate::layout::{Layout, RowFormat, RowId, TableError};
 use crate::lookahead::Lookahead;
 use crate::map::{CopyError, Mapping};
 use crate::model::Model;
-use crate::ngram::ModelRows;
-use crate::output::{Dtype, Out};
+use crate::ngram::{Gemma4Rows, ModelRows};
+use crate::output::{Decoder, Dtype, Out};
 use crate::page_plan::{Bounds, Planner, RowSpan};
-use crate::quant::GgmlType;
-use crate::quant::{DecodeError, RowDecoder};
+use crate::quant::DecodeError;
 use crate::sys::{self, AdviceOutcome, Advisor, MemRun};
 
 /// How row bytes are brought in from the file.
@@ -329,6 +329,10 @@ impl GatherStats {
 struct Scratch {
     planner: Planner,
     mem: Vec<MemRun>,
+    /// (shard, row in the shard) of each row (a table of several regions).
+    local: Vec<(usize, u64)>,
+    /// One shard's local rows.
+    ids: Vec<u64>,
 }
 
 thread_local! {
@@ -367,12 +371,27 @@ fn with_staged<R>(f: impl FnOnce(&mut Staged) -> R) -> R {
     })
 }
 
-/// The part of a table handle its clones share: the model, the layout, the
+/// The files a table's rows are in.
+enum Source {
+    /// A GGUF model: its shard files.
+    Model(Arc<Model>),
+    /// A safetensors checkpoint: the files of its table, each mapped.
+    Checkpoint {
+        /// The table as found.
+        table: Arc<CheckpointTable>,
+        /// The path it was opened from (directory, index, file, manifest).
+        path: PathBuf,
+        /// One mapping per file of [`CheckpointTable::files`].
+        maps: Vec<Mapping>,
+    },
+}
+
+/// The part of a table handle its clones share: the files, the layout, the
 /// lazily created read backends and the residency bitmap.
 struct Shared {
-    model: Arc<Model>,
+    source: Source,
     table: Layout,
-    decoder: RowDecoder,
+    decoder: Decoder,
     backends: direct::Backends,
     residency: OnceLock<known_pages::Residency>,
     totals: totals::Totals,
@@ -414,12 +433,78 @@ impl fmt::Debug for Table {
 }
 
 impl Table {
-    /// Opens the per-layer-embedding table (`per_layer_token_embd.weight`)
-    /// of a GGUF file, or of the split set `path` is a shard of.
+    /// Opens the per-layer-embedding table of a model:
+    ///
+    /// - a GGUF file, or the split set it is a shard of:
+    ///   `per_layer_token_embd.weight`;
+    /// - a safetensors checkpoint, given as its directory, its
+    ///   `model.safetensors.index.json`, one `.safetensors` file, or an
+    ///   mlx-vlm `ple-store.json`: the qwen4exp n-gram table (its row shards
+    ///   in shard order, wherever they are) or Gemma 4's
+    ///   `embed_tokens_per_layer.weight` (see [`crate::checkpoint`]).
     pub fn open(path: impl AsRef<Path>) -> Result<Table, Error> {
         let path = path.as_ref();
+        if is_checkpoint_path(path) {
+            return Table::open_checkpoint(path);
+        }
         let model = Model::open(path).map_err(|e| Error::from(e).in_file(path))?;
         Table::from_model(Arc::new(model)).map_err(|e| e.in_file(path))
+    }
+
+    /// Opens the PLE table of a safetensors checkpoint (a directory, an
+    /// index, one `.safetensors` file or a `ple-store.json`).
+    pub fn open_checkpoint(path: impl AsRef<Path>) -> Result<Table, Error> {
+        let path = path.as_ref();
+        let table = CheckpointTable::open(path).map_err(|e| Error::from(e).in_file(path))?;
+        Table::from_checkpoint(Arc::new(table), path)
+    }
+
+    /// A table over a checkpoint table found by [`CheckpointTable::open`]
+    /// from `path`: its files are opened and mapped.
+    pub fn from_checkpoint(table: Arc<CheckpointTable>, path: &Path) -> Result<Table, Error> {
+        let layout = Layout::of_checkpoint(&table).map_err(|e| Error::from(e).in_file(path))?;
+        let mut maps = Vec::with_capacity(table.files.len());
+        for f in &table.files {
+            let io = |source| {
+                Error::from(CheckpointError::Io {
+                    path: f.clone(),
+                    source,
+                })
+            };
+            let file = std::fs::File::open(f).map_err(io)?;
+            maps.push(Mapping::map(&file).map_err(io)?);
+        }
+        let paths = table.files.clone();
+        Table::build(
+            Source::Checkpoint {
+                table,
+                path: path.to_path_buf(),
+                maps,
+            },
+            layout,
+            paths,
+        )
+        .map_err(|e| e.in_file(path))
+    }
+
+    /// [`Table::open_tensor`] when a tensor is named, else [`Table::open`]
+    /// (for tools whose `--tensor` is optional). A checkpoint has one table
+    /// (its PLE table): naming a tensor of it is an error.
+    pub fn open_tensor_or_ple(
+        path: impl AsRef<Path>,
+        tensor: Option<&str>,
+    ) -> Result<Table, Error> {
+        let path = path.as_ref();
+        match tensor {
+            None => Table::open(path),
+            Some(name) if is_checkpoint_path(path) => Err(Error::from(CheckpointError::Unsupported {
+                what: format!(
+                    "tensor {name:?} of a safetensors checkpoint: pleio reads its PLE table only (leave out the tensor name)"
+                ),
+            })
+            .in_file(path)),
+            Some(name) => Table::open_tensor(path, name),
+        }
     }
 
     /// Opens the 2-D tensor `tensor` of a GGUF file (or split set) as a table.
@@ -432,35 +517,43 @@ impl Table {
     /// The per-layer-embedding table of an open model.
     pub fn from_model(model: Arc<Model>) -> Result<Table, Error> {
         let layout = Layout::of_ple(&model)?;
-        Table::build(model, layout)
+        Table::of_model(model, layout)
     }
 
     /// The 2-D tensor `tensor` of an open model.
     pub fn tensor_of(model: Arc<Model>, tensor: &str) -> Result<Table, Error> {
         let layout = Layout::of_tensor(&model, tensor)?;
-        Table::build(model, layout)
+        Table::of_model(model, layout)
     }
 
     /// [`Table::tensor_of`] when a name is given, else [`Table::from_model`]
     /// (for tools whose `--tensor` is optional).
     pub fn of_tensor_or_ple(model: Arc<Model>, tensor: Option<&str>) -> Result<Table, Error> {
         let layout = Layout::of_tensor_or_ple(&model, tensor)?;
-        Table::build(model, layout)
+        Table::of_model(model, layout)
     }
 
-    fn build(model: Arc<Model>, table: Layout) -> Result<Table, Error> {
-        let name = table.name().to_string();
-        let decoder = RowDecoder::new(table.ty()).map_err(|e| Error::from(e).in_tensor(&name))?;
-        let path = model
+    fn of_model(model: Arc<Model>, table: Layout) -> Result<Table, Error> {
+        let paths = model
             .shards()
-            .get(table.shard())
-            .map(|s| s.path().to_path_buf());
+            .iter()
+            .map(|s| s.path().to_path_buf())
+            .collect();
+        Table::build(Source::Model(model), table, paths)
+    }
+
+    fn build(source: Source, table: Layout, paths: Vec<PathBuf>) -> Result<Table, Error> {
+        let decoder =
+            Decoder::for_layout(&table).map_err(|e| Error::from(e).in_tensor(table.name()))?;
+        let mut files: Vec<usize> = table.regions().map(|r| r.file).collect();
+        files.sort_unstable();
+        files.dedup();
         let reader = Table {
             shared: Arc::new(Shared {
-                model,
+                source,
                 table,
                 decoder,
-                backends: direct::Backends::new(path),
+                backends: direct::Backends::new(paths, files.len()),
                 residency: OnceLock::new(),
                 totals: totals::Totals::default(),
             }),
@@ -472,9 +565,11 @@ impl Table {
                 CachePolicy::default(),
             )),
         };
-        if let Some(m) = reader.mapping() {
-            // A table outside its file is reported by the gather, row by row.
-            let _ = m.register_lazy(reader.shared.table.byte_range(), &*reader.advisor);
+        for r in reader.shared.table.regions() {
+            if let Some(m) = reader.mapping_of(r.file) {
+                // A table outside its file is reported by the gather, row by row.
+                let _ = m.register_lazy(r.range, &*reader.advisor);
+            }
         }
         Ok(reader)
     }
@@ -589,19 +684,47 @@ impl Table {
         self.shared.residency.get().map_or(0, |r| r.count())
     }
 
-    /// Where the rows are: name, type, row count and size, offset.
+    /// Where the rows are: name, type, row count and size, and the row ->
+    /// extents table.
     pub fn layout(&self) -> &Layout {
         &self.shared.table
     }
 
-    /// The open model the table belongs to.
-    pub fn model(&self) -> &Arc<Model> {
-        &self.shared.model
+    /// The open GGUF model the table belongs to (`None` for a checkpoint).
+    pub fn model(&self) -> Option<&Arc<Model>> {
+        match &self.shared.source {
+            Source::Model(m) => Some(m),
+            Source::Checkpoint { .. } => None,
+        }
     }
 
-    /// The file holding the table (its shard, for a split set).
+    /// The checkpoint table this is (`None` for a GGUF table).
+    pub fn checkpoint(&self) -> Option<&Arc<CheckpointTable>> {
+        match &self.shared.source {
+            Source::Model(_) => None,
+            Source::Checkpoint { table, .. } => Some(table),
+        }
+    }
+
+    /// The file holding row 0 (for a GGUF table, the file holding the
+    /// tensor: its shard, for a split set).
     pub fn path(&self) -> &Path {
-        self.shared.backends.path().unwrap_or(Path::new(""))
+        self.file_path(self.shared.table.shard())
+    }
+
+    /// The path of file `file` of the table (see
+    /// [`crate::layout::ShardPart::file`]); empty if there is none.
+    pub fn file_path(&self, file: usize) -> &Path {
+        self.shared.backends.path(file).unwrap_or(Path::new(""))
+    }
+
+    /// The path the table was opened from: the GGUF file holding it, or the
+    /// checkpoint directory, index, file or manifest given.
+    pub fn source_path(&self) -> &Path {
+        match &self.shared.source {
+            Source::Model(_) => self.path(),
+            Source::Checkpoint { path, .. } => path,
+        }
     }
 
     /// Tensor name.
@@ -609,8 +732,8 @@ impl Table {
         self.shared.table.name()
     }
 
-    /// Element type of the stored rows.
-    pub fn ty(&self) -> GgmlType {
+    /// How the rows are stored: a ggml type or a checkpoint encoding.
+    pub fn ty(&self) -> RowFormat {
         self.shared.table.ty()
     }
 
@@ -638,8 +761,17 @@ impl Table {
     /// from the file's metadata, or gemma4's identity. `row_ids()?.sequence()`
     /// maps one token stream, carrying n-gram history across calls.
     pub fn row_ids(&self) -> Result<ModelRows, Error> {
-        ModelRows::from_model(&self.shared.model, &self.shared.table)
-            .map_err(|e| Error::from(e).in_file(self.path()))
+        match &self.shared.source {
+            Source::Model(model) => ModelRows::from_model(model, &self.shared.table)
+                .map_err(|e| Error::from(e).in_file(self.path())),
+            Source::Checkpoint { table, path, .. } => match table.kind {
+                TableKind::QwenNgram => table
+                    .ngram_params()
+                    .map(ModelRows::Qwen)
+                    .map_err(|e| Error::from(e).in_file(path)),
+                TableKind::Gemma4 => Ok(ModelRows::Gemma(Gemma4Rows::new(table.rows))),
+            },
+        }
     }
 
     /// A background prefetcher over this table with its strategy: hand it
@@ -648,17 +780,18 @@ impl Table {
         Ok(Lookahead::new(self.clone(), self.strategy)?)
     }
 
-    /// The mapping holding the table, if its shard exists.
+    /// The mapping of the file holding row 0 (for a GGUF table, the one
+    /// holding the table), if that file exists.
     pub fn mapping(&self) -> Option<&Mapping> {
-        self.shared.model.shard_mapping(self.shared.table.shard())
+        self.mapping_of(self.shared.table.shard())
     }
 
-    fn span(&self) -> RowSpan {
-        let t = &self.shared.table;
-        RowSpan {
-            offset: t.offset(),
-            row_bytes: t.row_bytes(),
-            n_rows: t.rows(),
+    /// The mapping of file `file` of the table (see
+    /// [`crate::layout::ShardPart::file`]).
+    pub fn mapping_of(&self, file: usize) -> Option<&Mapping> {
+        match &self.shared.source {
+            Source::Model(m) => m.shard_mapping(file),
+            Source::Checkpoint { maps, .. } => maps.get(file),
         }
     }
 
@@ -720,7 +853,7 @@ impl Table {
 
     fn locate(&self, e: GatherError) -> Error {
         Error::from(e)
-            .in_file(self.path())
+            .in_file(self.source_path())
             .in_tensor(self.shared.table.name())
     }
 
@@ -775,34 +908,50 @@ impl Table {
 
     /// Plans the pages of `rows`; with `advise`, advises them chunk by chunk
     /// through the mapping (which refuses anything outside its retained
-    /// fragments). Never fails: advice problems are counted.
+    /// fragments). A table of several regions is planned region by region,
+    /// with each shard's rows. Never fails: advice problems are counted.
     fn plan(&self, rows: &[u64], stats: &mut GatherStats, advise: bool) {
-        let Some(m) = self.mapping() else { return };
         let t = &self.shared.table;
-        // Only a table wholly inside one lazy range is planned.
-        let Some(lazy) = m.lazy_range_containing(t.offset(), t.bytes()) else {
-            return;
-        };
-        let bounds = Bounds {
-            page: m.page_size(),
-            lazy,
-            file_len: m.len() as u64,
-            retained: m.retained(),
-        };
         let mut run = |s: &mut Scratch| {
-            s.planner.plan(self.span(), rows, &bounds);
-            if advise {
-                let mut outcome = AdviceOutcome::default();
-                let Scratch { planner, mem } = s;
-                for chunk in planner.chunks().filter(|c| !c.is_empty()) {
-                    outcome.add(m.advise_will_need(chunk, &*self.advisor, mem));
+            let mut pages = 0u64;
+            if let Some(r) = t.single_region() {
+                let span = RowSpan {
+                    offset: r.range.start,
+                    row_bytes: r.row_bytes,
+                    n_rows: r.rows,
+                };
+                pages += self.plan_region(r.file, span, rows, stats, advise, s);
+            } else {
+                s.local.clear();
+                for &row in rows {
+                    if let Ok(e) = t.extents(row) {
+                        let shard = e.as_slice()[0].region / t.parts();
+                        s.local.push((shard, row - t.shards()[shard].row_start));
+                    }
                 }
-                stats.runs_advised = outcome.runs;
-                stats.advice_syscalls = outcome.syscalls;
-                stats.advice_failures = outcome.failures;
+                s.local.sort_unstable();
+                let mut i = 0;
+                while i < s.local.len() {
+                    let shard = s.local[i].0;
+                    let n = s.local[i..].partition_point(|l| l.0 == shard);
+                    let mut ids = std::mem::take(&mut s.ids);
+                    ids.clear();
+                    ids.extend(s.local[i..i + n].iter().map(|l| l.1));
+                    let sh = &t.shards()[shard];
+                    for p in &sh.parts {
+                        let span = RowSpan {
+                            offset: p.offset,
+                            row_bytes: p.row_bytes,
+                            n_rows: sh.rows,
+                        };
+                        pages += self.plan_region(p.file, span, &ids, stats, advise, s);
+                    }
+                    s.ids = ids;
+                    i += n;
+                }
             }
             if self.detailed {
-                stats.pages = Some(s.planner.distinct_pages());
+                stats.pages = Some(pages);
             }
         };
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
@@ -811,32 +960,64 @@ impl Table {
         });
     }
 
-    /// Copies `rows` (all inside the table) out of the mapping into
-    /// `dst`, one after another. A fault is an error naming the file, the
-    /// row and the offset; rows outside the mapping are `OutsideFile` or
-    /// `Unmapped`.
+    /// Plans (and with `advise`, advises) the pages of rows `ids` of one
+    /// region, read through the mapping of file `file`; adds the advice
+    /// counts to `stats` and returns the distinct pages planned. Only a
+    /// region wholly inside one lazy range is planned.
+    fn plan_region(
+        &self,
+        file: usize,
+        span: RowSpan,
+        ids: &[u64],
+        stats: &mut GatherStats,
+        advise: bool,
+        s: &mut Scratch,
+    ) -> u64 {
+        let Some(m) = self.mapping_of(file) else {
+            return 0;
+        };
+        let Some(lazy) = m.lazy_range_containing(span.offset, span.row_bytes * span.n_rows) else {
+            return 0;
+        };
+        let bounds = Bounds {
+            page: m.page_size(),
+            lazy,
+            file_len: m.len() as u64,
+            retained: m.retained(),
+        };
+        s.planner.plan(span, ids, &bounds);
+        if advise {
+            let mut outcome = AdviceOutcome::default();
+            let Scratch { planner, mem, .. } = s;
+            for chunk in planner.chunks().filter(|c| !c.is_empty()) {
+                outcome.add(m.advise_will_need(chunk, &*self.advisor, mem));
+            }
+            stats.runs_advised += outcome.runs;
+            stats.advice_syscalls += outcome.syscalls;
+            stats.advice_failures += outcome.failures;
+        }
+        s.planner.distinct_pages()
+    }
+
+    /// Copies `rows` (all inside the table) out of the mappings into `dst`,
+    /// one after another, each row's parts concatenated. A fault is an
+    /// error naming the file, the row and the offset; rows outside the
+    /// mapping are `OutsideFile` or `Unmapped`.
     fn copy_mapped(&self, rows: &[u64], dst: &mut [u8]) -> Result<(), GatherError> {
         let t = &self.shared.table;
         let rb = t.row_bytes();
-        let Some(m) = self.mapping() else {
-            let offset = rows.first().map_or(t.offset(), |&r| t.offset() + r * rb);
-            return Err(GatherError::OutsideFile { offset, len: rb });
-        };
-        let fault = |rows: &[u64], e: CopyError| match e {
+        let fault = |file: usize, rows: &[u64], len: u64, e: CopyError| match e {
             CopyError::Fault {
                 index,
                 offset,
                 file_len,
             } => GatherError::MappedRead {
-                path: self.path().to_path_buf(),
+                path: self.file_path(file).to_path_buf(),
                 row: rows.get(index).copied().unwrap_or_default(),
                 offset,
                 file_len,
             },
-            CopyError::NotMapped { start, .. } => GatherError::OutsideFile {
-                offset: start,
-                len: rb,
-            },
+            CopyError::NotMapped { start, .. } => GatherError::OutsideFile { offset: start, len },
             CopyError::Destination { need, got } => GatherError::OutputLength {
                 got,
                 need: usize::try_from(need).unwrap_or(usize::MAX),
@@ -844,29 +1025,46 @@ impl Table {
                 row_elems: t.row_elems(),
             },
         };
-        match m.copy_rows(t.offset(), rb, rows, dst) {
-            // Usual case: the whole table is mapped, one check for all rows.
-            Err(CopyError::NotMapped { .. }) => {}
-            r => return r.map_err(|e| fault(rows, e)),
+        if let Some(r) = t.single_region() {
+            let Some(m) = self.mapping_of(r.file) else {
+                let offset = rows
+                    .first()
+                    .map_or(r.range.start, |&row| r.range.start + row * rb);
+                return Err(GatherError::OutsideFile { offset, len: rb });
+            };
+            match m.copy_rows(r.range.start, rb, rows, dst) {
+                // Usual case: the whole table is mapped, one check for all rows.
+                Err(CopyError::NotMapped { .. }) => {}
+                res => return res.map_err(|e| fault(r.file, rows, rb, e)),
+            }
         }
-        // Part of the table is not mapped: row by row, to name the row.
+        // Several regions, or part of the table is not mapped: row by row
+        // and part by part, to name the row.
         for (i, (&row, slot)) in rows
             .iter()
             .zip(dst.chunks_exact_mut(rb as usize))
             .enumerate()
         {
-            let offset = t.row_offset(row)?;
-            match m.copy_rows(offset, rb, &[0], slot) {
-                Ok(()) => {}
-                Err(CopyError::NotMapped { .. }) => {
-                    let inside = offset.checked_add(rb).is_some_and(|e| e <= m.len() as u64);
-                    return Err(if inside {
-                        GatherError::Unmapped { offset, len: rb }
-                    } else {
-                        GatherError::OutsideFile { offset, len: rb }
-                    });
+            let mut at = 0usize;
+            for e in t.extents(row)?.as_slice() {
+                let (offset, len) = (e.offset, e.len);
+                let part = &mut slot[at..at + len as usize];
+                at += len as usize;
+                let Some(m) = self.mapping_of(e.file) else {
+                    return Err(GatherError::OutsideFile { offset, len });
+                };
+                match m.copy_rows(offset, len, &[0], part) {
+                    Ok(()) => {}
+                    Err(CopyError::NotMapped { .. }) => {
+                        let inside = offset.checked_add(len).is_some_and(|e| e <= m.len() as u64);
+                        return Err(if inside {
+                            GatherError::Unmapped { offset, len }
+                        } else {
+                            GatherError::OutsideFile { offset, len }
+                        });
+                    }
+                    Err(err) => return Err(fault(e.file, &rows[i..=i], len, err)),
                 }
-                Err(e) => return Err(fault(&rows[i..=i], e)),
             }
         }
         Ok(())

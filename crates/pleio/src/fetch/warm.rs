@@ -129,7 +129,7 @@ impl Table {
         }
         let mut sorted: Vec<u64> = pages.into_iter().collect();
         sorted.sort_unstable();
-        let picked = self.shared.backends.get(Kind::Uring, "prewarm")?;
+        let picked = self.shared.backends.get(Kind::Uring, "prewarm", 0)?;
         let mut staging = vec![0u8; PAGE_CHUNK];
         let per = (PAGE_CHUNK as u64 / page).max(1) as usize;
         let total = set.len() as u64;

@@ -147,25 +147,60 @@ impl ReadPlan {
             return Err(PlanError::ZeroRowBytes);
         }
         let rb = row_bytes as u64;
+        for (index, &row) in rows.iter().enumerate() {
+            if index > 0 && row <= rows[index - 1] {
+                return Err(PlanError::RowsUnsorted { index, row });
+            }
+        }
+        let mut bad = None;
+        let extents = rows.iter().enumerate().map(|(index, &row)| {
+            let off = row
+                .checked_mul(rb)
+                .and_then(|o| o.checked_add(base))
+                .filter(|o| o.checked_add(rb).is_some());
+            if off.is_none() && bad.is_none() {
+                bad = Some(index);
+            }
+            (off.unwrap_or(u64::MAX - rb), row_bytes)
+        });
+        let planned = ReadPlan::for_extents_into(extents, max_gap, out);
+        match bad {
+            Some(index) => Err(PlanError::Overflow { index }),
+            None => planned,
+        }
+    }
+
+    /// Plan the reads of `extents` (`(file offset, len)`, sorted by offset,
+    /// overlapping allowed): extents whose gap (bytes between the end of
+    /// what is planned so far and the next start) is at most `max_gap` are
+    /// read as one span, the gap read and ignored. Spans are packed back to
+    /// back in staging, each an exact image of its file range, so extent
+    /// `i` is at `staging[staging_offsets[i]..][..len]`. Reuses `out`'s
+    /// storage; on error `out` holds an unspecified partial plan.
+    pub fn for_extents_into(
+        extents: impl IntoIterator<Item = (u64, usize)>,
+        max_gap: usize,
+        out: &mut RowReads,
+    ) -> Result<(), PlanError> {
         let spans = &mut out.plan.spans;
         let staging_offsets = &mut out.staging_offsets;
         spans.clear();
         staging_offsets.clear();
         out.plan.staging_len = 0;
         let mut dst_end = 0usize;
-        for (index, &row) in rows.iter().enumerate() {
-            if index > 0 && row <= rows[index - 1] {
-                return Err(PlanError::RowsUnsorted { index, row });
+        let mut prev = 0u64;
+        for (index, (off, len)) in extents.into_iter().enumerate() {
+            if off < prev {
+                return Err(PlanError::Unsorted { index, offset: off });
             }
-            let off = row
-                .checked_mul(rb)
-                .and_then(|o| o.checked_add(base))
-                .filter(|o| o.checked_add(rb).is_some())
+            prev = off;
+            let end = off
+                .checked_add(len as u64)
                 .ok_or(PlanError::Overflow { index })?;
             match spans.last_mut() {
-                Some(last) if off - last.file_end() <= max_gap as u64 => {
-                    // Extend the open span up to this row's end.
-                    let grow = usize::try_from(off + rb - last.file_end())
+                Some(last) if off.saturating_sub(last.file_end()) <= max_gap as u64 => {
+                    // Inside or near the open span: extend it to this end.
+                    let grow = usize::try_from(end.saturating_sub(last.file_end()))
                         .map_err(|_| PlanError::Overflow { index })?;
                     last.len = last
                         .len
@@ -174,17 +209,20 @@ impl ReadPlan {
                     dst_end = dst_end
                         .checked_add(grow)
                         .ok_or(PlanError::Overflow { index })?;
-                    staging_offsets.push(dst_end - row_bytes);
+                    // off >= last.file_offset (sorted), and within the span.
+                    let into = usize::try_from(off - last.file_offset)
+                        .map_err(|_| PlanError::Overflow { index })?;
+                    staging_offsets.push(last.dst_offset + into);
                 }
                 _ => {
                     spans.push(Span {
                         file_offset: off,
-                        len: row_bytes,
+                        len,
                         dst_offset: dst_end,
                     });
                     staging_offsets.push(dst_end);
                     dst_end = dst_end
-                        .checked_add(row_bytes)
+                        .checked_add(len)
                         .ok_or(PlanError::Overflow { index })?;
                 }
             }
@@ -334,6 +372,26 @@ mod tests {
             ReadPlan::for_rows_into(7, 9, rows, 20, &mut reused).unwrap();
             assert_eq!(reused, ReadPlan::for_rows(7, 9, rows, 20).unwrap());
         }
+    }
+
+    #[test]
+    fn extents_coalesce_and_overlap() {
+        // Parts of different sizes, one inside another's span, one far.
+        let mut r = RowReads::default();
+        ReadPlan::for_extents_into([(100, 10), (105, 2), (112, 4), (5000, 3)], 2, &mut r).unwrap();
+        assert_eq!(r.plan.spans(), &[span(100, 16, 0), span(5000, 3, 16)]);
+        assert_eq!(r.staging_offsets, [0, 5, 12, 16]);
+        assert_eq!(
+            ReadPlan::for_extents_into([(10, 1), (9, 1)], 0, &mut r),
+            Err(PlanError::Unsorted {
+                index: 1,
+                offset: 9
+            })
+        );
+        assert_eq!(
+            ReadPlan::for_extents_into([(u64::MAX, 2)], 0, &mut r),
+            Err(PlanError::Overflow { index: 0 })
+        );
     }
 
     #[test]

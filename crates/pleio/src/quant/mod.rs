@@ -31,6 +31,9 @@ pub enum DecodeError {
         /// Bytes per block of `ty`.
         block_bytes: usize,
     },
+    /// A checkpoint row's parts do not fit its encoding.
+    #[error(transparent)]
+    Encoding(#[from] encoding::EncodingError),
 }
 
 pub mod convert;

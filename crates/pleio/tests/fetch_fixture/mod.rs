@@ -11,8 +11,10 @@ use std::sync::Arc;
 use pleio::fetch::Table;
 use pleio::layout::Layout;
 use pleio::model::Model;
+use pleio::quant::encoding::EncodingDecoder;
 use pleio::quant::{GgmlType, RowDecoder};
 use pleio_lab::synth::SynthSpec;
+use pleio_lab::synth_ckpt::{fill_part, part_rng, write_checkpoint, CkptEncoding, CkptSpec};
 
 /// A synthetic model on disk, opened.
 pub struct Fixture {
@@ -83,7 +85,7 @@ impl Fixture {
     /// Reference rows: `pread`-style reads and the scalar decoder.
     pub fn reference(&self, rows: &[u64]) -> Vec<f32> {
         let t = &self.table;
-        let dec = RowDecoder::scalar(t.ty()).unwrap();
+        let dec = RowDecoder::scalar(t.ty().ggml().unwrap()).unwrap();
         let mut f = File::open(self.file.path()).unwrap();
         let mut buf = vec![0u8; t.row_bytes() as usize];
         let mut out = vec![0f32; rows.len() * t.row_elems() as usize];
@@ -120,6 +122,118 @@ impl Fixture {
             .filter(|r| {
                 let s = t.offset() + r * t.row_bytes();
                 s / page != (s + t.row_bytes() - 1) / page
+            })
+            .take(n)
+            .collect()
+    }
+}
+
+/// A synthetic safetensors checkpoint on disk (`pleio_lab::synth_ckpt`:
+/// the shards interleaved with unrelated tensors over several files, at
+/// whatever unaligned offsets the headers give), with an independent
+/// reference: the bytes the writer generated for each row's parts, decoded
+/// by the encoding's scalar reference decoder. No pleio reader is involved
+/// in the reference.
+pub struct CkptFixture {
+    pub dir: tempfile::TempDir,
+    /// The checkpoint directory.
+    pub path: std::path::PathBuf,
+    pub spec: CkptSpec,
+    /// Rows of the table.
+    pub rows: u64,
+    rows_per_shard: u64,
+    /// Bytes of each part of a row.
+    part_len: Vec<usize>,
+    /// Per shard, per part: every row's bytes of that part, as generated.
+    generated: Vec<Vec<Vec<u8>>>,
+    decoder: EncodingDecoder,
+}
+
+impl CkptFixture {
+    /// A checkpoint of about `rows` rows in `enc`, `shards` shards over
+    /// `files` files, in the cargo target's scratch directory (a real disk
+    /// file system, so `O_DIRECT` reads are exercised, not refused as on a
+    /// tmpfs).
+    pub fn new(enc: CkptEncoding, rows: u64, shards: usize, files: usize, seed: u64) -> Self {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let path = dir.path().join(format!("{}-{files}", enc.name()));
+        let spec = CkptSpec {
+            shards,
+            ..CkptSpec::new(enc, rows, files, seed)
+        };
+        let sum = write_checkpoint(&spec, &path, &mut |_| {}).unwrap();
+        let part_len: Vec<usize> = enc.part_row_bytes().iter().map(|&b| b as usize).collect();
+        let rps = sum.layout.rows_per_shard;
+        let generated = (0..shards)
+            .map(|shard| {
+                part_len
+                    .iter()
+                    .enumerate()
+                    .map(|(p, &len)| {
+                        let mut v = vec![0u8; rps as usize * len];
+                        fill_part(enc, p, &mut part_rng(seed, shard, p), &mut v);
+                        v
+                    })
+                    .collect()
+            })
+            .collect();
+        let encoding = enc.encoding();
+        CkptFixture {
+            dir,
+            path,
+            spec,
+            rows: sum.layout.rows,
+            rows_per_shard: rps,
+            part_len,
+            generated,
+            decoder: EncodingDecoder::scalar(encoding, 160).unwrap(),
+        }
+    }
+
+    /// A reader over the checkpoint directory.
+    pub fn reader(&self) -> Table {
+        Table::open(&self.path).unwrap()
+    }
+
+    /// The generated parts of `row`.
+    fn parts(&self, row: u64) -> Vec<&[u8]> {
+        let (shard, local) = (
+            (row / self.rows_per_shard) as usize,
+            (row % self.rows_per_shard) as usize,
+        );
+        self.part_len
+            .iter()
+            .enumerate()
+            .map(|(p, &len)| &self.generated[shard][p][local * len..(local + 1) * len])
+            .collect()
+    }
+
+    /// The stored bytes of `rows`: each row's parts concatenated.
+    pub fn reference_raw(&self, rows: &[u64]) -> Vec<u8> {
+        rows.iter().flat_map(|&r| self.parts(r).concat()).collect()
+    }
+
+    /// `rows` decoded by the scalar reference decoder.
+    pub fn reference(&self, rows: &[u64]) -> Vec<f32> {
+        let mut out = vec![0f32; rows.len() * 160];
+        for (&r, dst) in rows.iter().zip(out.chunks_exact_mut(160)) {
+            self.decoder.decode_f32(&self.parts(r), dst).unwrap();
+        }
+        out
+    }
+
+    /// Rows one of whose parts straddles a page boundary (at most `n`),
+    /// found through the table's extents.
+    pub fn straddlers(&self, table: &Table, page: u64, n: usize) -> Vec<u64> {
+        (0..self.rows)
+            .filter(|&r| {
+                table
+                    .layout()
+                    .extents(r)
+                    .unwrap()
+                    .as_slice()
+                    .iter()
+                    .any(|e| e.offset / page != (e.offset + e.len - 1) / page)
             })
             .take(n)
             .collect()
