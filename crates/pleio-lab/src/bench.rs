@@ -20,7 +20,6 @@ use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::random::Rng;
@@ -28,7 +27,6 @@ use pleio::gguf::GgufError;
 use pleio::io::IoError;
 use pleio::layout::{Layout, TableError};
 use pleio::map::ResidencyMethod;
-use pleio::model::Model;
 use pleio::sys;
 use pleio::{Error, GatherStats, Strategy, Table};
 
@@ -224,43 +222,98 @@ pub fn check_memory(what: impl FnOnce() -> String, need: Option<u64>) -> Result<
 /// [`Evictor::evict`]): each costs a one-page device read, dropped again.
 pub const EVICT_PROBES: u64 = 64;
 
-/// Evicts a table's byte range from the page cache and proves it.
+/// Evicts a table's bytes from the page cache and proves it: per file the
+/// table is in, the range from its first to its last byte there (for a
+/// checkpoint, the tensors between its shards in that file too).
 #[derive(Debug)]
 pub struct Evictor {
+    files: Vec<EvictFile>,
+}
+
+/// One file's part of an eviction.
+#[derive(Debug)]
+struct EvictFile {
+    /// The file's index in the table ([`pleio::layout::ShardPart::file`]).
+    index: usize,
     file: File,
     range: Range<u64>,
     wide: Range<u64>,
 }
 
+/// Per file index, the hull of the table's regions in it.
+pub fn table_ranges(t: &Layout) -> Vec<(usize, Range<u64>)> {
+    let mut out: Vec<(usize, Range<u64>)> = Vec::new();
+    for r in t.regions() {
+        match out.iter_mut().find(|(f, _)| *f == r.file) {
+            Some((_, h)) => *h = h.start.min(r.range.start)..h.end.max(r.range.end),
+            None => out.push((r.file, r.range)),
+        }
+    }
+    out.sort_by_key(|(f, _)| *f);
+    out
+}
+
 impl Evictor {
-    /// An evictor for `range` of the file at `path`. Eviction covers the
-    /// range widened to whole 2 MiB blocks: the page cache may hold a file
-    /// in large folios (up to 2 MiB on x86_64), and a folio only partly
-    /// inside the range cannot be dropped. Only `range` is checked.
+    /// An evictor for `range` of the file at `path` (file 0 of a table).
+    /// Eviction covers the range widened to whole 2 MiB blocks: the page
+    /// cache may hold a file in large folios (up to 2 MiB on x86_64), and a
+    /// folio only partly inside the range cannot be dropped. Only `range`
+    /// is checked.
     pub fn new(path: &Path, range: Range<u64>) -> Result<Evictor, BenchError> {
-        let err = |e: std::io::Error| BenchError::Evict(format!("{}: {e}", path.display()));
-        let file = File::open(path).map_err(err)?;
-        let len = file.metadata().map_err(err)?.len();
-        const FOLIO: u64 = 2 << 20;
-        let wide =
-            range.start / FOLIO * FOLIO..range.end.div_ceil(FOLIO).saturating_mul(FOLIO).min(len);
-        Ok(Evictor { file, range, wide })
+        Ok(Evictor {
+            files: vec![EvictFile::new(0, path, range)?],
+        })
     }
 
-    /// Drops `reader`'s page-table entries for the range, then the page
+    /// An evictor for every file of `reader`'s table ([`table_ranges`]).
+    pub fn of_table(reader: &Table) -> Result<Evictor, BenchError> {
+        let files = table_ranges(reader.layout())
+            .into_iter()
+            .map(|(i, range)| EvictFile::new(i, reader.file_path(i), range))
+            .collect::<Result<_, _>>()?;
+        Ok(Evictor { files })
+    }
+
+    /// Drops `reader`'s page-table entries for the ranges, then the page
     /// cache's pages (`posix_fadvise(DONTNEED)`), retrying until the page
-    /// cache holds at most the two partial edge pages (pages under readahead
-    /// I/O cannot be dropped until it completes). Also tells `reader` to
-    /// forget what `auto` believed resident.
+    /// cache holds at most the two partial edge pages of each (pages under
+    /// readahead I/O cannot be dropped until it completes). Also tells
+    /// `reader` to forget what `auto` believed resident.
     ///
     /// The check asks the mapping ([`pleio::map::Mapping::sample_resident`]):
     /// exact with `cachestat` or `mincore`; for a reader the kernel hides
     /// residency from (neither owner nor writer of the file), a sample of
     /// [`EVICT_PROBES`] pages read-probed and dropped again.
     pub fn evict(&self, reader: &Table) -> Result<(), BenchError> {
+        for f in &self.files {
+            f.evict(reader)?;
+        }
+        reader.forget_residency();
+        reader.clear_cache();
+        Ok(())
+    }
+}
+
+impl EvictFile {
+    fn new(index: usize, path: &Path, range: Range<u64>) -> Result<EvictFile, BenchError> {
+        let err = |e: std::io::Error| BenchError::Evict(format!("{}: {e}", path.display()));
+        let file = File::open(path).map_err(err)?;
+        let len = file.metadata().map_err(err)?.len();
+        const FOLIO: u64 = 2 << 20;
+        let wide =
+            range.start / FOLIO * FOLIO..range.end.div_ceil(FOLIO).saturating_mul(FOLIO).min(len);
+        Ok(EvictFile {
+            index,
+            file,
+            range,
+            wide,
+        })
+    }
+
+    fn evict(&self, reader: &Table) -> Result<(), BenchError> {
         let m = reader
-            .mapping()
-            .ok_or_else(|| BenchError::Evict("the table's shard is not mapped".into()))?;
+            .mapping_of(self.index)
+            .ok_or_else(|| BenchError::Evict("the table's file is not mapped".into()))?;
         let mut left = u64::MAX;
         for attempt in 0..200 {
             if attempt == 1 {
@@ -282,8 +335,6 @@ impl Evictor {
                 })?
                 .resident;
             if left <= 2 {
-                reader.forget_residency();
-                reader.clear_cache();
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -535,21 +586,20 @@ fn measure<T>(f: impl FnOnce() -> T) -> (T, Sample) {
 }
 
 impl Bench {
-    /// Opens the PLE table (or `tensor`) of the GGUF at `path`.
+    /// Opens the PLE table (or `tensor`) of the GGUF file or safetensors
+    /// checkpoint at `path` ([`Table::open_tensor_or_ple`]).
     pub fn open(path: &Path, tensor: Option<&str>) -> Result<Bench, BenchError> {
-        let model = Arc::new(Model::open(path)?);
         let reader =
-            Table::of_tensor_or_ple(model, tensor).map_err(|error| BenchError::Gather {
+            Table::open_tensor_or_ple(path, tensor).map_err(|error| BenchError::Gather {
                 strategy: "open",
                 error,
             })?;
-        let range = reader.layout().byte_range();
         let page = reader
             .mapping()
             .map_or_else(sys::page_size, |m| m.page_size());
         Ok(Bench {
             path: path.to_path_buf(),
-            evictor: Evictor::new(path, range)?,
+            evictor: Evictor::of_table(&reader)?,
             reader,
             page,
         })
@@ -577,19 +627,34 @@ impl Bench {
         self.reader.layout().clone()
     }
 
-    /// Distinct pages (absolute page indices, sorted) the rows touch.
-    pub fn distinct_pages(&self, rows: &[u64]) -> Vec<u64> {
+    /// Distinct pages (file index, absolute page index; sorted) the rows
+    /// touch.
+    pub fn distinct_pages(&self, rows: &[u64]) -> Vec<(usize, u64)> {
         let t = self.reader.layout();
-        let mut pages: Vec<u64> = rows
-            .iter()
-            .flat_map(|&r| {
-                let s = t.offset() + r * t.row_bytes();
-                s / self.page..=(s + t.row_bytes() - 1) / self.page
-            })
-            .collect();
+        let mut pages: Vec<(usize, u64)> = Vec::with_capacity(rows.len() * 2);
+        for &r in rows {
+            for e in t.extents(r).iter().flat_map(|x| x.as_slice()) {
+                let page = |o: u64| (e.file, o / self.page);
+                let (a, b) = (page(e.offset), page(e.offset + e.len.max(1) - 1));
+                pages.extend((a.1..=b.1).map(|p| (e.file, p)));
+            }
+        }
         pages.sort_unstable();
         pages.dedup();
         pages
+    }
+
+    /// True if no page of any part of `row` is in the page cache (asked
+    /// exactly, see [`pleio::map::Mapping::resident_pages`]); `None` where
+    /// a file is not mapped or residency cannot be asked.
+    fn row_cold(&self, row: u64) -> Option<bool> {
+        let ext = self.reader.layout().extents(row).ok()?;
+        let mut cold = true;
+        for e in ext.as_slice() {
+            let m = self.reader.mapping_of(e.file)?;
+            cold &= m.resident_pages(e.offset..e.offset + e.len)? == 0;
+        }
+        Some(cold)
     }
 
     fn random_rows(&self, rng: &mut Rng, n: usize) -> Vec<u64> {
@@ -601,18 +666,18 @@ impl Bench {
     /// exactly, see [`pleio::map::Mapping::resident_pages`]).
     fn nonresident_rows(&self, rng: &mut Rng, n: usize) -> Result<Vec<u64>, BenchError> {
         let t = self.reader.layout();
-        let m = self
-            .reader
-            .mapping()
-            .ok_or_else(|| BenchError::Config("--cold mincore needs the table mapped".into()))?;
+        if self.reader.mapping().is_none() {
+            return Err(BenchError::Config(
+                "--cold mincore needs the table mapped".into(),
+            ));
+        }
         let mut out = Vec::with_capacity(n);
         for _ in 0..n.saturating_mul(64).max(1024) {
             if out.len() == n {
                 break;
             }
             let r = rng.below(t.rows());
-            let s = t.offset() + r * t.row_bytes();
-            if m.resident_pages(s..s + t.row_bytes()) == Some(0) {
+            if self.row_cold(r) == Some(true) {
                 out.push(r);
             }
         }
@@ -665,13 +730,20 @@ impl Bench {
             method = m.residency_method().name();
             let c = Instant::now();
             for &r in &list {
-                let s = t.offset() + r * t.row_bytes();
-                std::hint::black_box(m.all_resident(s..s + t.row_bytes()));
+                for e in t.extents(r).iter().flat_map(|x| x.as_slice()) {
+                    let m = self.reader.mapping_of(e.file);
+                    std::hint::black_box(
+                        m.and_then(|m| m.all_resident(e.offset..e.offset + e.len)),
+                    );
+                }
             }
             probe_row_us = c.elapsed().as_secs_f64() * 1e6 / list.len() as f64;
             if m.residency_method() != ResidencyMethod::ReadProbe {
                 let c = Instant::now();
-                std::hint::black_box(m.resident_pages(t.offset()..t.offset() + t.bytes()));
+                for (i, range) in table_ranges(t) {
+                    let m = self.reader.mapping_of(i);
+                    std::hint::black_box(m.and_then(|m| m.resident_pages(range)));
+                }
                 probe_table_ms = c.elapsed().as_secs_f64() * 1e3;
             }
         }
@@ -733,7 +805,9 @@ impl Bench {
             strategies.insert(0, Strategy::Fault);
         }
         let cold_on = cfg.cold != ColdMode::None;
-        let limit_on = cold_on && cfg.limit;
+        // The device floor reads one region of one file: a checkpoint
+        // table (shards and parts over files) has no `limit` arm yet.
+        let limit_on = cold_on && cfg.limit && self.reader.layout().single_region().is_some();
         let floor = if limit_on {
             Some(self.floor(cfg.seed)?)
         } else {
@@ -972,8 +1046,11 @@ mod tests {
     }
 
     /// Runs of consecutive numbers in sorted, distinct `pages`.
-    fn runs(pages: &[u64]) -> u64 {
-        1 + pages.windows(2).filter(|w| w[1] != w[0] + 1).count() as u64
+    fn runs(pages: &[(usize, u64)]) -> u64 {
+        1 + pages
+            .windows(2)
+            .filter(|w| w[1] != (w[0].0, w[0].1 + 1))
+            .count() as u64
     }
 
     #[test]

@@ -276,6 +276,14 @@ impl Floor {
         page_bytes: u64,
         seed: u64,
     ) -> Result<(Floor, DepthSweep), IoError> {
+        if t.single_region().is_none() {
+            return Err(IoError::DirectUnsupported {
+                path: path.to_path_buf(),
+                reason: "the device floor reads tables of one region of one file (GGUF); \
+                         a checkpoint table's shards and parts are not measured yet"
+                    .into(),
+            });
+        }
         let floors = QUEUE_DEPTHS
             .iter()
             .map(|&qd| Floor::open(path, t, page_bytes, qd))

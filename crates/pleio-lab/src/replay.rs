@@ -20,7 +20,6 @@
 //! each phase's cold extents read with `O_DIRECT` ([`crate::floor`]), the
 //! yardstick for a cold replay's gather time.
 
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -350,7 +349,6 @@ pub fn checksum(mut h: u64, data: &[f32]) -> u64 {
 /// Replays token streams over one table of one model.
 #[derive(Debug)]
 pub struct Replayer {
-    model: Arc<Model>,
     reader: Table,
     mapper: ModelRows,
 }
@@ -360,12 +358,17 @@ impl Replayer {
     /// file's metadata picks the row mapper.
     pub fn new(model: Arc<Model>, table: Layout) -> Result<Replayer, ReplayError> {
         let mapper = ModelRows::from_model(&model, &table)?;
-        let reader = Table::tensor_of(model.clone(), table.name())?;
-        Ok(Replayer {
-            model,
-            reader,
-            mapper,
-        })
+        let reader = Table::tensor_of(model, table.name())?;
+        Ok(Replayer { reader, mapper })
+    }
+
+    /// A replayer for the PLE table of the GGUF file or safetensors
+    /// checkpoint at `path` ([`Table::open`]; its row mapper from the
+    /// file's metadata or the checkpoint's config).
+    pub fn open(path: &std::path::Path) -> Result<Replayer, ReplayError> {
+        let reader = Table::open(path)?;
+        let mapper = reader.row_ids()?;
+        Ok(Replayer { reader, mapper })
     }
 
     /// The row mapper.
@@ -470,24 +473,32 @@ impl Replayer {
     /// the page cache, checks that they are gone, and makes the reader
     /// forget what `auto` believed resident ([`Evictor`]).
     pub fn evict(&self) -> Result<Eviction, ReplayError> {
-        let t = self.reader.layout();
-        let m = self.reader.mapping().ok_or(ReplayError::NotMapped)?;
-        let shard = self
-            .model
-            .shards()
-            .get(t.shard())
-            .ok_or(ReplayError::NotMapped)?;
-        let range = t.offset()..t.offset() + t.bytes();
-        let page = m.page_size();
-        let pages = range.end.div_ceil(page) - range.start / page;
-        let resident = |r: Range<u64>| m.sample_resident(r, RESIDENCY_PROBES).map(|r| r.estimate());
-        let resident_before = resident(range.clone());
-        Evictor::new(shard.path(), range.clone())?.evict(&self.reader)?;
-        self.reader.clear_cache();
+        let ranges = bench::table_ranges(self.reader.layout());
+        let mut maps = Vec::with_capacity(ranges.len());
+        for (i, _) in &ranges {
+            maps.push(self.reader.mapping_of(*i).ok_or(ReplayError::NotMapped)?);
+        }
+        let page = maps[0].page_size();
+        let pages = ranges
+            .iter()
+            .map(|(_, r)| r.end.div_ceil(page) - r.start / page)
+            .sum();
+        let resident = || {
+            ranges
+                .iter()
+                .zip(&maps)
+                .map(|((_, r), m)| {
+                    m.sample_resident(r.clone(), RESIDENCY_PROBES)
+                        .map(|r| r.estimate())
+                })
+                .sum::<Option<u64>>()
+        };
+        let resident_before = resident();
+        Evictor::of_table(&self.reader)?.evict(&self.reader)?;
         Ok(Eviction {
             pages,
             resident_before,
-            resident_after: resident(range),
+            resident_after: resident(),
         })
     }
 
@@ -628,12 +639,7 @@ impl Replayer {
             ..PhaseReport::default()
         };
         for (index, (rows, step)) in ubs.iter().zip(&steps).enumerate() {
-            let rs = RowStats::of(
-                rows,
-                &mut seen,
-                (self.reader.layout().offset(), self.reader.row_bytes()),
-                page,
-            );
+            let rs = RowStats::of(rows, &mut seen, self.reader.layout(), page);
             prefill.add(rows.len(), rs.reused, step.gather, step.exposed);
             ubatches.push(UbatchReport {
                 index,
@@ -663,12 +669,7 @@ impl Replayer {
         };
         let mut decode_seen = FxHashSet::default();
         for (rows, &t) in plan.decode_steps().zip(&decode_times) {
-            let rs = RowStats::of(
-                rows,
-                &mut seen,
-                (self.reader.layout().offset(), self.reader.row_bytes()),
-                page,
-            );
+            let rs = RowStats::of(rows, &mut seen, self.reader.layout(), page);
             decode.add(rows.len(), rs.reused, t, t);
             decode_seen.extend(rows.iter().copied());
         }
@@ -720,16 +721,17 @@ struct RowStats {
 }
 
 impl RowStats {
-    fn of(rows: &[u64], seen: &mut FxHashSet<u64>, span: (u64, u64), page: u64) -> RowStats {
-        let (offset, row_bytes) = span;
+    fn of(rows: &[u64], seen: &mut FxHashSet<u64>, t: &Layout, page: u64) -> RowStats {
         let mut d = rows.to_vec();
         d.sort_unstable();
         d.dedup();
-        let mut pages: Vec<u64> = Vec::with_capacity(d.len() * 2);
+        // (file, page) of every part of every distinct row.
+        let mut pages: Vec<(usize, u64)> = Vec::with_capacity(d.len() * 2);
         for &r in &d {
-            let start = offset + r * row_bytes;
-            let end = start + row_bytes.max(1) - 1;
-            pages.extend(start / page..=end / page);
+            for e in t.extents(r).iter().flat_map(|x| x.as_slice()) {
+                let end = e.offset + e.len.max(1) - 1;
+                pages.extend((e.offset / page..=end / page).map(|p| (e.file, p)));
+            }
         }
         pages.sort_unstable();
         pages.dedup();
@@ -808,12 +810,22 @@ mod tests {
 
     #[test]
     fn row_stats_count_pages_and_reuse() {
-        let t = (4000, 90);
+        let file = tempfile::NamedTempFile::new().unwrap();
+        crate::synth::SynthSpec::qwen(pleio::quant::GgmlType::IQ4_NL, 3000, 1)
+            .write(file.reopen().unwrap(), &mut |_| {})
+            .unwrap();
+        let model = Model::open(file.path()).unwrap();
+        let t = &Layout::of_ple(&model).unwrap();
+        let (page, rb) = (4096, t.row_bytes());
+        let first_page = |r: u64| (t.offset() + r * rb) / page;
+        let straddles = |r: u64| first_page(r) != (t.offset() + r * rb + rb - 1) / page;
+        // Row s straddles pages p and p + 1; row s + 1 lies in page p + 1.
+        let s = (0..t.rows()).find(|&r| straddles(r)).unwrap();
+        let far = (s + 100..t.rows()).find(|&r| !straddles(r)).unwrap();
         let mut seen = FxHashSet::default();
-        // Row 0: bytes 4000..4090 straddle pages 0 and 1 (4096-byte pages).
-        let rs = RowStats::of(&[0, 0, 2], &mut seen, t, 4096);
+        let rs = RowStats::of(&[s, s, s + 1], &mut seen, t, page);
         assert_eq!((rs.distinct, rs.pages, rs.reused), (2, 2, 0));
-        let rs = RowStats::of(&[2, 500], &mut seen, t, 4096);
+        let rs = RowStats::of(&[s + 1, far], &mut seen, t, page);
         assert_eq!((rs.distinct, rs.pages, rs.reused), (2, 2, 1));
     }
 

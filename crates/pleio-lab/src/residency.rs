@@ -83,6 +83,9 @@ pub enum ResidencyError {
     /// The table was not found or is not a table.
     #[error(transparent)]
     Table(#[from] TableError),
+    /// The checkpoint's table could not be found.
+    #[error(transparent)]
+    Checkpoint(#[from] pleio::checkpoint::CheckpointError),
 }
 
 /// What part of a byte range of a file is in the page cache.
@@ -361,6 +364,29 @@ pub fn scan_path(
     };
     let r = snap.residency(table_range(&table), buckets)?;
     Ok((model, table, r))
+}
+
+/// The residency of a safetensors checkpoint's PLE table: per file the
+/// table is in, the range from the table's first to its last byte there
+/// ([`crate::bench::table_ranges`]). Finding the table reads headers and
+/// the small scale and buffer tensors, not the table's bytes, and maps
+/// nothing.
+pub fn scan_checkpoint(
+    path: &Path,
+    buckets: usize,
+) -> Result<(Layout, Vec<(PathBuf, Residency)>), ResidencyError> {
+    if buckets == 0 {
+        return Err(ResidencyError::ZeroBuckets);
+    }
+    let ck = pleio::checkpoint::CheckpointTable::open(path)?;
+    let table = Layout::of_checkpoint(&ck)?;
+    let mut out = Vec::new();
+    for (i, range) in crate::bench::table_ranges(&table) {
+        let f = &ck.files[i];
+        let r = scan_file(&open(f)?, range, buckets).map_err(in_file(f))?;
+        out.push((f.clone(), r));
+    }
+    Ok((table, out))
 }
 
 #[cfg(test)]

@@ -1,15 +1,15 @@
-//! `pleio gather`: decode rows of a table to little-endian f32.
+//! `pleio gather`: decode rows of a table to little-endian f32 (or bf16,
+//! f16, or the stored bytes).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use pleio::fetch::{GatherStats, Strategy, Table};
-use pleio::model::Model;
 use pleio::CachePolicy;
+use pleio::Dtype;
 use serde_json::json;
 
 use crate::lists::{read_row_list, MAX_ROW_IDS};
@@ -17,9 +17,11 @@ use crate::outfile::{self, OutFile, Replace};
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Format {
-    /// Raw little-endian f32, rows back to back.
+    /// Raw little-endian values of `--dtype`, rows back to back.
     Raw,
-    /// NumPy `.npy`, shape `(rows, row_elems)`, dtype `<f4`.
+    /// NumPy `.npy`: shape `(rows, row_elems)`, dtype `<f4` (f32), `<f2`
+    /// (f16) or `<u2` (bf16 bit patterns: view as `ml_dtypes.bfloat16`);
+    /// with `--dtype raw`, `|u1` of shape `(rows, row_bytes)`.
     Npy,
 }
 
@@ -36,7 +38,15 @@ const CHUNK_BYTES: u64 = 64 << 20;
 const MAX_ROW_OUT_BYTES: u64 = 1 << 30;
 
 /// Gather rows of a table (the PLE table by default) and write them as
-/// little-endian f32 in request order, duplicates repeated.
+/// little-endian f32 (or `--dtype` bf16, f16, raw) in request order,
+/// duplicates repeated.
+///
+/// The table is a GGUF file or a safetensors checkpoint (its directory,
+/// model.safetensors.index.json, one .safetensors file, or a
+/// ple-store.json). bf16 and f16 are rounded to nearest even from the
+/// exact f32 value; raw is each row's stored bytes (for a checkpoint row of
+/// several parts, its parts concatenated: NVFP4 nibbles then block scales;
+/// MLX words, scales, biases).
 ///
 /// Every id is checked before the output is created: a row out of range is
 /// an error naming the row and the limit (exit status 2), and nothing is
@@ -52,7 +62,8 @@ const MAX_ROW_OUT_BYTES: u64 = 1 << 30;
 /// refused, never replaced.
 #[derive(clap::Args)]
 pub struct Args {
-    /// A GGUF file, or any shard of a split set.
+    /// A GGUF file (or any shard of a split set), or a safetensors
+    /// checkpoint: its directory, index, one file, or a ple-store.json.
     file: PathBuf,
     /// Row ids, comma-separated (e.g. 1,5,9).
     #[arg(
@@ -81,6 +92,9 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value = "raw")]
     format: Format,
+    /// Output element type: f32, bf16, f16, or raw (the stored bytes).
+    #[arg(long, default_value = "f32")]
+    dtype: Dtype,
     /// Overwrite an existing output file.
     #[arg(long)]
     force: bool,
@@ -128,9 +142,8 @@ pub fn run(a: Args) -> Result<()> {
     let rows = row_ids(&a)?;
     let replace = Replace::IfForced(a.force);
     outfile::check(&a.output, replace)?;
-    let model = Arc::new(Model::open(&a.file)?);
-    let mut reader = Table::of_tensor_or_ple(model, a.tensor.as_deref())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?
+    // The error names the file (and the tensor) itself.
+    let mut reader = Table::open_tensor_or_ple(&a.file, a.tensor.as_deref())?
         .with_detailed_stats(a.stats || a.json);
     if let Some(b) = a.budget {
         reader = reader.with_budget(b)?;
@@ -142,9 +155,9 @@ pub fn run(a: Args) -> Result<()> {
     // Every id is checked before any output is created.
     t.check_rows(&rows)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
-    let row_out = t
-        .row_elems()
-        .checked_mul(4)
+    let row_out = reader
+        .out_bytes(a.dtype, 1)
+        .map(|b| b as u64)
         .filter(|&b| b <= MAX_ROW_OUT_BYTES)
         .with_context(|| {
             format!(
@@ -156,26 +169,29 @@ pub fn run(a: Args) -> Result<()> {
                 MAX_ROW_OUT_BYTES >> 30
             )
         })?;
-    let elems = reader.row_elems();
     let chunk = chunk_rows(row_out);
+    let row_out = row_out as usize;
 
     let out = OutFile::create(&a.output, replace)?;
     let to_stdout = out.is_stdout();
     let write_err = || format!("writing {}", a.output.display());
     let mut w = BufWriter::with_capacity(1 << 20, out.file());
     if a.format == Format::Npy {
-        write_npy_header(&mut w, rows.len(), elems).with_context(write_err)?;
+        let (descr, cols) = match a.dtype {
+            Dtype::F32 => ("<f4", reader.row_elems()),
+            Dtype::F16 => ("<f2", reader.row_elems()),
+            Dtype::Bf16 => ("<u2", reader.row_elems()),
+            _ => ("|u1", row_out),
+        };
+        write_npy_header(&mut w, descr, rows.len(), cols).with_context(write_err)?;
     }
-    let mut floats = vec![0f32; chunk * elems];
-    let mut bytes = Vec::with_capacity(floats.len() * 4);
+    let mut bytes = vec![0u8; chunk * row_out];
     let mut stats = GatherStats::default();
     for ids in rows.chunks(chunk) {
-        let dst = &mut floats[..ids.len() * elems];
-        let s = reader.gather_with(a.strategy, ids, dst)?;
+        let dst = &mut bytes[..ids.len() * row_out];
+        let s = reader.gather_as_with(a.strategy, a.dtype, ids, dst)?;
         stats.add(&s);
-        bytes.clear();
-        bytes.extend(dst.iter().flat_map(|x| x.to_le_bytes()));
-        w.write_all(&bytes).with_context(write_err)?;
+        w.write_all(dst).with_context(write_err)?;
     }
     w.flush().with_context(write_err)?;
     drop(w);
@@ -197,6 +213,7 @@ fn stats_text(a: &Args, reader: &Table, stats: &GatherStats, chunks: usize) -> S
     if a.json {
         let j = json!({
             "strategy": a.strategy.name(),
+            "dtype": a.dtype.name(),
             "tensor": table.name(),
             "rows": stats.rows,
             "bytes": stats.bytes,
@@ -274,9 +291,15 @@ fn stats_text(a: &Args, reader: &Table, stats: &GatherStats, chunks: usize) -> S
     lines.join("\n") + "\n"
 }
 
-/// NumPy format 1.0 header for a C-order `<f4` array of `(rows, cols)`.
-fn write_npy_header(w: &mut dyn Write, rows: usize, cols: usize) -> std::io::Result<()> {
-    let dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
+/// NumPy format 1.0 header for a C-order `descr` array of `(rows, cols)`.
+fn write_npy_header(
+    w: &mut dyn Write,
+    descr: &str,
+    rows: usize,
+    cols: usize,
+) -> std::io::Result<()> {
+    let dict =
+        format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
     // magic(6) + version(2) + len(2) + dict + padding + '\n' is a multiple of 64.
     let unpadded = 10 + dict.len() + 1;
     let pad = unpadded.div_ceil(64) * 64 - unpadded;
@@ -294,7 +317,7 @@ mod tests {
     #[test]
     fn npy_header_is_aligned() {
         let mut v = Vec::new();
-        write_npy_header(&mut v, 3, 160).unwrap();
+        write_npy_header(&mut v, "<f4", 3, 160).unwrap();
         assert_eq!(v.len() % 64, 0);
         assert!(v.ends_with(b"\n"));
     }

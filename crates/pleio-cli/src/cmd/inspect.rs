@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use pleio::gguf::{Array, Value};
 use pleio::layout::{Layout, PLE_TENSOR};
 use pleio::model::Model;
+use pleio::quant::encoding::{Encoding, Fp8Scale};
 use serde_json::{json, Map, Value as Json};
 
 use crate::output::human_bytes;
@@ -14,9 +15,15 @@ use crate::output::human_bytes;
 /// Show a GGUF file (or split set): architecture, metadata, tensors, and the
 /// PLE table's geometry (rows, row bytes, rows per page, page-straddling
 /// rows, bytes on disk) with its n-gram metadata.
+///
+/// A safetensors checkpoint (its directory, model.safetensors.index.json,
+/// one .safetensors file, or a ple-store.json) shows its PLE table: the
+/// encoding, the row geometry, the n-gram config, and the shard -> file /
+/// offset map (every part of every shard).
 #[derive(clap::Args)]
 pub struct Args {
-    /// A GGUF file, or any shard of a split set.
+    /// A GGUF file (or any shard of a split set), or a safetensors
+    /// checkpoint: its directory, index, one file, or a ple-store.json.
     file: PathBuf,
     /// Tensor to describe instead of `per_layer_token_embd.weight`.
     #[arg(long)]
@@ -33,6 +40,22 @@ pub struct Args {
 const SHORT_ARRAY: usize = 16;
 
 pub fn run(a: Args) -> Result<()> {
+    if pleio::checkpoint::is_checkpoint_path(&a.file) {
+        if a.tensor.is_some() {
+            anyhow::bail!(
+                "{}: --tensor applies to GGUF files; a checkpoint shows its PLE table",
+                a.file.display()
+            );
+        }
+        let table = pleio::Table::open(&a.file)?;
+        let report = checkpoint_report(&table);
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print_checkpoint(&report, a.full);
+        }
+        return Ok(());
+    }
     let model = Model::open(&a.file)?;
     let report = report(&model, a.tensor.as_deref(), a.full)?;
     if a.json {
@@ -147,6 +170,214 @@ fn table_json(model: &Model, t: &Layout, page: u64) -> Json {
         "pages": g.pages,
         "ngram": ngram,
     })
+}
+
+/// What `inspect` shows of a checkpoint table, as JSON.
+pub fn checkpoint_report(table: &pleio::Table) -> Json {
+    let page = pleio::sys::page_size();
+    let t = table.layout();
+    let ck = table.checkpoint();
+    let g = t.page_geometry(page);
+    let files: Vec<Json> = ck
+        .map(|c| c.files.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|f| {
+            let m = std::fs::metadata(f).ok();
+            json!({
+                "path": f.display().to_string(),
+                "file_bytes": m.as_ref().map(|m| m.len()),
+                "allocated_bytes": m.as_ref().map(|m| m.blocks() * 512),
+            })
+        })
+        .collect();
+    let shards: Vec<Json> = t
+        .shards()
+        .iter()
+        .map(|s| {
+            json!({
+                "index": s.index,
+                "row_start": s.row_start,
+                "rows": s.rows,
+                "parts": s.parts.iter().map(|p| json!({
+                    "tensor": p.tensor,
+                    "file": p.file,
+                    "offset": p.offset,
+                    "row_bytes": p.row_bytes,
+                    "page_aligned": p.offset % page == 0,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let config = ck.and_then(|c| c.config.as_ref()).map(|c| {
+        json!({
+            "ngram_size": c.ngram_size,
+            "heads_per_ngram": c.heads_per_ngram,
+            "ngram_vocab_size_base": c.ngram_vocab_size_base,
+            "make_ngram_vocab_size_divisible_by": c.make_ngram_vocab_size_divisible_by,
+            "split_ngram_parts": c.split_ngram_parts,
+            "vocab_size": c.vocab_size,
+            "eos_token_id": c.eos_token_id,
+            "seed": c.seed,
+            "image_token_id": c.image_token_id,
+            "ple_embedding_dtype": c.ple_embedding_dtype,
+        })
+    });
+    let ngram = table.row_ids().ok().and_then(|r| {
+        r.qwen().map(|q| {
+            json!({
+                "layer_multipliers": q.multipliers(),
+                "head_vocab_sizes": q.head_vocab_sizes(),
+                "head_offsets": q.head_offsets(),
+            })
+        })
+    });
+    json!({
+        "source": table.source_path().display().to_string(),
+        "format": match ck.map(|c| c.source) {
+            Some(pleio::checkpoint::TableSource::PleStore) => "ple-store.json",
+            _ => "safetensors",
+        },
+        "kind": match ck.map(|c| c.kind) {
+            Some(pleio::checkpoint::TableKind::Gemma4) => "gemma4",
+            _ => "qwen4exp",
+        },
+        "files": files,
+        "table": {
+            "name": t.name(),
+            "encoding": t.ty().name(),
+            "rows": t.rows(),
+            "row_elems": t.row_elems(),
+            "row_bytes": t.row_bytes(),
+            "parts": t.parts(),
+            "scale": match t.ty() {
+                pleio::layout::RowFormat::Encoded(Encoding::Fp8(Fp8Scale::PerTensor(s))) => {
+                    json!({"fp8_table_scale": s})
+                }
+                pleio::layout::RowFormat::Encoded(Encoding::Nvfp4 { global_scale }) => {
+                    json!({"nvfp4_weight_scale_2": global_scale})
+                }
+                _ => Json::Null,
+            },
+            "bytes": t.bytes(),
+            "page_size": page,
+            "straddling_row_parts": g.straddling_rows,
+            "pages": g.pages,
+        },
+        "config": config,
+        "ngram": ngram,
+        "shards": shards,
+    })
+}
+
+/// Shards listed one by one in the text view unless `--full` (then all).
+const SHORT_SHARDS: usize = 8;
+
+fn print_checkpoint(r: &Json, full: bool) {
+    let t = &r["table"];
+    println!(
+        "checkpoint: {} ({}, {} table)",
+        r["source"].as_str().unwrap_or(""),
+        r["format"].as_str().unwrap_or(""),
+        r["kind"].as_str().unwrap_or("")
+    );
+    for (i, f) in r["files"].as_array().into_iter().flatten().enumerate() {
+        println!(
+            "file {i}: {}  ({}{})",
+            f["path"].as_str().unwrap_or(""),
+            human_bytes(f["file_bytes"].as_u64().unwrap_or(0)),
+            f["allocated_bytes"]
+                .as_u64()
+                .map(|b| format!(", {} allocated on disk", human_bytes(b)))
+                .unwrap_or_default()
+        );
+    }
+    println!(
+        "
+table {}:",
+        t["name"].as_str().unwrap_or("")
+    );
+    println!("  encoding      {}", t["encoding"].as_str().unwrap_or(""));
+    println!(
+        "  rows          {} x {} elements",
+        t["rows"], t["row_elems"]
+    );
+    println!(
+        "  row bytes     {} in {} part(s) (a row is {} read(s) when cold)",
+        t["row_bytes"], t["parts"], t["parts"]
+    );
+    println!(
+        "  on disk       {} ({} bytes) in {} shard(s)",
+        human_bytes(t["bytes"].as_u64().unwrap_or(0)),
+        t["bytes"],
+        r["shards"].as_array().map_or(0, Vec::len)
+    );
+    println!(
+        "  pages         {} of {} bytes; {} row parts straddle a page",
+        t["pages"], t["page_size"], t["straddling_row_parts"]
+    );
+    if !r["config"].is_null() {
+        let c = &r["config"];
+        println!(
+            "  config.json   ngram_size {}, heads_per_ngram {}, base {}, divisible by {}, split {}, vocab {}, eos {}, seed {}",
+            c["ngram_size"], c["heads_per_ngram"], c["ngram_vocab_size_base"],
+            c["make_ngram_vocab_size_divisible_by"], c["split_ngram_parts"],
+            c["vocab_size"], c["eos_token_id"], c["seed"]
+        );
+    }
+    if !r["ngram"].is_null() {
+        let n = &r["ngram"];
+        println!("  multipliers   {}", n["layer_multipliers"]);
+        println!("  head sizes    {}", n["head_vocab_sizes"]);
+        println!("  head offsets  {}", n["head_offsets"]);
+    }
+    let shards = r["shards"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    println!(
+        "
+shards (row start, rows; per part: file, offset, row bytes, tensor):"
+    );
+    let show = if full {
+        shards.len()
+    } else {
+        SHORT_SHARDS.min(shards.len())
+    };
+    for s in &shards[..show] {
+        let parts: Vec<String> = s["parts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                format!(
+                    "file {} @ {} (+{}/row{}) {}",
+                    p["file"],
+                    p["offset"],
+                    p["row_bytes"],
+                    if p["page_aligned"].as_bool() == Some(true) {
+                        ", page-aligned"
+                    } else {
+                        ""
+                    },
+                    p["tensor"].as_str().unwrap_or("")
+                )
+            })
+            .collect();
+        println!(
+            "  {:>4} {:>12} {:>10}  {}",
+            s["index"],
+            s["row_start"],
+            s["rows"],
+            parts.join("; ")
+        );
+    }
+    if show < shards.len() {
+        println!(
+            "  ... {} more (--full lists every shard)",
+            shards.len() - show
+        );
+    }
 }
 
 fn value_json(v: &Value, full: bool) -> Json {

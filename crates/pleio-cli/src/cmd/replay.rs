@@ -1,13 +1,10 @@
 //! `pleio replay`: a token stream's prefill and decode through the PLE stage.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use pleio::fetch::Strategy;
-use pleio::layout::Layout;
-use pleio::model::Model;
 use pleio::CachePolicy;
 use pleio_lab::bench::Machine;
 use pleio_lab::floor::{DepthSweep, Floor, PhaseFloor};
@@ -153,9 +150,7 @@ fn setup(a: &Args) -> Result<(Replayer, Vec<u32>, ReplayConfig)> {
         .ok()
         .context("--compute-ms must be a non-negative number of milliseconds (at most 2^64 s)")?;
     let name = a.file.display().to_string();
-    let model = Arc::new(Model::open(&a.file)?);
-    let table = Layout::of_ple(&model).with_context(|| name.clone())?;
-    let replayer = Replayer::new(model, table)
+    let replayer = Replayer::open(&a.file)
         .and_then(|r| r.with_cache(a.budget, a.cache_policy))
         .with_context(|| name.clone())?;
     let tokens = a.input.load(replayer.mapper())?;
@@ -225,9 +220,8 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
     let mut j = match &run.report {
         Some(r) => r.clone(),
         None => {
-            let model = Model::open(&a.file)?;
-            let t = Layout::of_ple(&model)?;
-            let mut j = report::envelope("replay", &Machine::detect(), &a.file, &t);
+            let t = pleio::Table::open(&a.file)?;
+            let mut j = report::envelope("replay", &Machine::detect(), &a.file, t.layout());
             j["replays"] = json!([]);
             j
         }

@@ -4,8 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use pleio::layout::Layout;
-use pleio::model::Model;
-use pleio_lab::residency::{scan_path, Residency, DEFAULT_BUCKETS};
+use pleio_lab::residency::{scan_checkpoint, scan_path, Residency, DEFAULT_BUCKETS};
 use serde_json::{json, Value as Json};
 
 use crate::outfile;
@@ -20,9 +19,14 @@ use crate::plot;
 /// file's residency (owner, root, or may write it), else by sampling pages
 /// with cache-only reads (estimates; the pages such a read makes the kernel
 /// load are dropped again). Either way the cache is left as it was found.
+///
+/// A safetensors checkpoint (directory, index, one file, ple-store.json) is
+/// shown file by file: in each file holding the table, the bytes from its
+/// first shard to its last (other tensors between shards included).
 #[derive(clap::Args)]
 pub struct Args {
-    /// A GGUF file, or any shard of a split set.
+    /// A GGUF file (or any shard of a split set), or a safetensors
+    /// checkpoint: its directory, index, one file, or a ple-store.json.
     file: PathBuf,
     /// Tensor to scan instead of `per_layer_token_embd.weight`.
     #[arg(long)]
@@ -49,25 +53,57 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(out) = &a.plot {
         outfile::check_chart(out)?;
     }
-    let (model, table, r) = scan_path(&a.file, a.tensor.as_deref(), a.buckets)?;
+    let (table, scans) = if pleio::checkpoint::is_checkpoint_path(&a.file) {
+        if a.tensor.is_some() {
+            bail!(
+                "{}: --tensor applies to GGUF files; a checkpoint shows its PLE table",
+                a.file.display()
+            );
+        }
+        scan_checkpoint(&a.file, a.buckets)?
+    } else {
+        let (model, table, r) = scan_path(&a.file, a.tensor.as_deref(), a.buckets)?;
+        let path = model
+            .shards()
+            .get(table.shard())
+            .map(|s| s.path().to_path_buf())
+            .unwrap_or_default();
+        (table, vec![(path, r)])
+    };
     if let Some(out) = &a.plot {
+        let resident: u64 = scans.iter().map(|(_, r)| r.resident_bytes).sum();
+        let total: u64 = scans.iter().map(|(_, r)| r.total_bytes).sum();
+        let buckets: Vec<f32> = scans.iter().flat_map(|(_, r)| r.buckets.clone()).collect();
         let title = format!(
-            "page-cache residency of {}: {} ({} of {})",
+            "page-cache residency of {}: {} ({} of {}){}",
             table.name(),
-            percent(r.fraction()),
-            human_bytes(r.resident_bytes),
-            human_bytes(r.total_bytes)
+            percent(resident as f64 / total.max(1) as f64),
+            human_bytes(resident),
+            human_bytes(total),
+            if scans.len() > 1 {
+                format!(", {} files one after another", scans.len())
+            } else {
+                String::new()
+            }
         );
-        plot::heat_strip(out, &title, &r.buckets)
+        plot::heat_strip(out, &title, &buckets)
             .with_context(|| format!("writing {}", out.display()))?;
     }
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report(&model, &table, &r))?
-        );
+        let reports: Vec<Json> = scans
+            .iter()
+            .map(|(p, r)| report(&p.display().to_string(), &table, r))
+            .collect();
+        let j = if reports.len() == 1 {
+            reports.into_iter().next().unwrap_or_default()
+        } else {
+            json!({"tensor": table.name(), "files": reports})
+        };
+        println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
-        print_text(&model, &table, &r);
+        for (p, r) in &scans {
+            print_text(&p.display().to_string(), &table, r);
+        }
         if let Some(out) = &a.plot {
             println!("chart: {}", out.display());
         }
@@ -106,11 +142,7 @@ pub fn strip(buckets: &[f32]) -> String {
         .collect()
 }
 
-fn report(model: &Model, table: &Layout, r: &Residency) -> Json {
-    let path = model
-        .shards()
-        .get(table.shard())
-        .map(|s| s.path().display().to_string());
+fn report(path: &str, table: &Layout, r: &Residency) -> Json {
     json!({
         "file": path,
         "tensor": table.name(),
@@ -128,12 +160,7 @@ fn report(model: &Model, table: &Layout, r: &Residency) -> Json {
     })
 }
 
-fn print_text(model: &Model, table: &Layout, r: &Residency) {
-    let path = model
-        .shards()
-        .get(table.shard())
-        .map(|s| s.path().display().to_string())
-        .unwrap_or_default();
+fn print_text(path: &str, table: &Layout, r: &Residency) {
     println!(
         "table: {} in {path}, bytes {}..{} ({}, {} pages of {})",
         table.name(),

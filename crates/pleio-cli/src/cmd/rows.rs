@@ -224,7 +224,9 @@ pub fn parse_token_list(text: &str, source: &str) -> Result<Vec<u32>> {
 #[derive(clap::Args)]
 pub struct Args {
     /// A GGUF file (or any shard of a split set) whose metadata sets the
-    /// mapping; a `synth --sparse` file of the same architecture will do.
+    /// mapping (a `synth --sparse` file of the same architecture will do),
+    /// or a safetensors checkpoint (directory, index, file, ple-store.json)
+    /// whose config.json does.
     file: PathBuf,
     #[command(flatten)]
     input: Input,
@@ -236,11 +238,19 @@ pub struct Args {
     stats: bool,
 }
 
+/// The row mapper of the model at `path`: a GGUF file's metadata, or a
+/// safetensors checkpoint's `config.json` (checked against its buffers).
+pub fn mapper_of(path: &std::path::Path) -> Result<ModelRows> {
+    if pleio::checkpoint::is_checkpoint_path(path) {
+        return Ok(pleio::Table::open(path)?.row_ids()?);
+    }
+    let model = Model::open(path)?;
+    let table = Layout::of_ple(&model).with_context(|| path.display().to_string())?;
+    ModelRows::from_model(&model, &table).with_context(|| path.display().to_string())
+}
+
 pub fn run(a: Args) -> Result<()> {
-    let model = Model::open(&a.file)?;
-    let table = Layout::of_ple(&model).with_context(|| a.file.display().to_string())?;
-    let mapper =
-        ModelRows::from_model(&model, &table).with_context(|| a.file.display().to_string())?;
+    let mapper = mapper_of(&a.file)?;
 
     // Build the tokenizer first (when needed) so the stats can tell its
     // one-off load from the tokenizing itself.

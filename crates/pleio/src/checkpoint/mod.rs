@@ -41,12 +41,11 @@ pub const CONFIG_FILE_NAME: &str = "config.json";
 
 /// True for a path [`crate::Table::open`] reads as a safetensors
 /// checkpoint: a directory, or a `.json` (index, manifest) or
-/// `.safetensors` file.
+/// `.safetensors` file. A `.gguf` path never is (a directory of that name
+/// is reported as one by the GGUF reader).
 pub fn is_checkpoint_path(path: &std::path::Path) -> bool {
-    path.is_dir()
-        || path.extension().is_some_and(|e| {
-            e.eq_ignore_ascii_case("json") || e.eq_ignore_ascii_case("safetensors")
-        })
+    let ext = |x: &str| path.extension().is_some_and(|e| e.eq_ignore_ascii_case(x));
+    !ext("gguf") && (path.is_dir() || ext("json") || ext("safetensors"))
 }
 
 /// Which model's table this is, and so how token ids become row ids.

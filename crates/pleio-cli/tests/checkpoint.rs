@@ -1,0 +1,267 @@
+//! The same commands on safetensors checkpoints (a directory, its index or
+//! one file as the table): inspect, gather (every strategy and dtype, raw
+//! and npy), rows, replay, bench and residency.
+
+mod common;
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use common::{disk_dir, ok, p, pleio};
+use pleio::checkpoint::CheckpointTable;
+use pleio::quant::convert::{f32_to_bf16, f32_to_f16};
+use pleio::quant::encoding::EncodingDecoder;
+use serde_json::Value;
+
+/// Writes a checkpoint of `enc` (about 40000 rows, 128 shards) into `dir`.
+fn synth(dir: &Path, enc: &str, files: &str) {
+    ok(&[
+        "synth",
+        "--format",
+        "safetensors",
+        "--encoding",
+        enc,
+        "--rows",
+        "40000",
+        "--files",
+        files,
+        "-o",
+        p(dir),
+    ]);
+}
+
+/// `rows` of the checkpoint in `dtype`, by plain reads of each row's parts
+/// and the encoding's scalar reference decoder.
+fn reference(ck: &CheckpointTable, rows: &[u64], dtype: &str) -> Vec<u8> {
+    let files: Vec<File> = ck.files.iter().map(|f| File::open(f).unwrap()).collect();
+    let n = ck.row_elems as usize;
+    let dec = EncodingDecoder::scalar(ck.encoding, n).unwrap();
+    let mut out = Vec::new();
+    for &r in rows {
+        let parts: Vec<Vec<u8>> = ck
+            .row_extents(r)
+            .unwrap()
+            .as_slice()
+            .iter()
+            .map(|e| {
+                let mut b = vec![0u8; e.len as usize];
+                files[e.file].read_exact_at(&mut b, e.offset).unwrap();
+                b
+            })
+            .collect();
+        if dtype == "raw" {
+            out.extend(parts.concat());
+            continue;
+        }
+        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        let mut y = vec![0f32; n];
+        dec.decode_f32(&refs, &mut y).unwrap();
+        for x in y {
+            match dtype {
+                "f32" => out.extend(x.to_le_bytes()),
+                "bf16" => out.extend(f32_to_bf16(x).to_le_bytes()),
+                "f16" => out.extend(f32_to_f16(x).to_le_bytes()),
+                other => panic!("{other}"),
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn inspect_and_gather_every_strategy_and_dtype() {
+    let dir = disk_dir();
+    for (enc, files) in [("mlx4", "3"), ("fp8", "2")] {
+        let ck_dir = dir.path().join(enc);
+        synth(&ck_dir, enc, files);
+        let ck = CheckpointTable::open(&ck_dir).unwrap();
+
+        let info: Value = serde_json::from_str(&ok(&["inspect", "--json", p(&ck_dir)])).unwrap();
+        let t = &info["table"];
+        assert_eq!(t["encoding"], enc);
+        assert_eq!(t["rows"], ck.rows);
+        assert_eq!(t["row_bytes"], ck.row_bytes());
+        assert_eq!(t["parts"], ck.shards[0].parts.len());
+        assert_eq!(info["files"].as_array().unwrap().len(), ck.files.len());
+        let shards = info["shards"].as_array().unwrap();
+        assert_eq!(shards.len(), 128);
+        for (s, want) in shards.iter().zip(&ck.shards) {
+            for (part, w) in s["parts"].as_array().unwrap().iter().zip(&want.parts) {
+                assert_eq!(part["offset"], w.offset);
+                assert_eq!(part["file"], w.file);
+                assert_eq!(part["tensor"], w.tensor.as_str());
+            }
+        }
+        let text = ok(&["inspect", p(&ck_dir)]);
+        assert!(text.contains(&format!("encoding      {enc}")), "{text}");
+        assert!(text.contains("more (--full lists every shard)"), "{text}");
+
+        // Both sides of a shard boundary, the ends, duplicates.
+        let rps = ck.shards[0].rows;
+        let rows = [0, rps - 1, rps, ck.rows - 1, 777, 777, 3 * rps + 5];
+        let list = rows.map(|r| r.to_string()).join(",");
+        let index = ck_dir.join("model.safetensors.index.json");
+        for dtype in ["f32", "bf16", "f16", "raw"] {
+            let want = reference(&ck, &rows, dtype);
+            for s in pleio::Strategy::ALL.iter().map(|s| s.name()) {
+                for table in [&ck_dir, &index] {
+                    let out = dir.path().join(format!("{enc}-{s}-{dtype}.bin"));
+                    ok(&[
+                        "gather",
+                        p(table),
+                        "--rows",
+                        &list,
+                        "--strategy",
+                        s,
+                        "--dtype",
+                        dtype,
+                        "--force",
+                        "-o",
+                        p(&out),
+                    ]);
+                    assert!(
+                        std::fs::read(&out).unwrap() == want,
+                        "{enc} {s} {dtype} {}",
+                        table.display()
+                    );
+                }
+            }
+        }
+        // npy: the dtype's descr, the same bytes after the header.
+        let npy = dir.path().join(format!("{enc}.npy"));
+        ok(&[
+            "gather",
+            p(&ck_dir),
+            "--rows",
+            &list,
+            "--dtype",
+            "bf16",
+            "--format",
+            "npy",
+            "-o",
+            p(&npy),
+        ]);
+        let bytes = std::fs::read(&npy).unwrap();
+        let end = bytes.iter().position(|&b| b == b'\n').unwrap() + 1;
+        assert_eq!(end % 64, 0);
+        let header = String::from_utf8_lossy(&bytes[..end]).to_string();
+        assert!(header.contains("'descr': '<u2'"), "{header}");
+        assert!(
+            header.contains(&format!("({}, 160)", rows.len())),
+            "{header}"
+        );
+        assert_eq!(&bytes[end..], reference(&ck, &rows, "bf16"));
+
+        // A bad id: an error naming it, no output.
+        let out = dir.path().join("never.bin");
+        let r = pleio(&[
+            "gather",
+            p(&ck_dir),
+            "--rows",
+            &ck.rows.to_string(),
+            "-o",
+            p(&out),
+        ]);
+        assert!(!r.status.success());
+        assert!(String::from_utf8_lossy(&r.stderr).contains(&ck.rows.to_string()));
+        assert!(!out.exists());
+        // --tensor is for GGUF files.
+        let r = pleio(&[
+            "gather",
+            p(&ck_dir),
+            "--rows",
+            "1",
+            "--tensor",
+            "x",
+            "-o",
+            p(&out),
+        ]);
+        assert!(!r.status.success());
+        assert!(!out.exists());
+    }
+}
+
+#[test]
+fn rows_of_a_checkpoint_equal_rows_of_a_gguf_with_the_same_constants() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("q.gguf");
+    ok(&["synth", "--rows", "full", "--sparse", "-o", p(&gguf)]);
+    let ck = dir.path().join("ck");
+    ok(&[
+        "synth",
+        "--format",
+        "safetensors",
+        "--encoding",
+        "fp8",
+        "--rows",
+        "full",
+        "--sparse",
+        "--files",
+        "5",
+        "-o",
+        p(&ck),
+    ]);
+    let from_gguf = ok(&["rows", p(&gguf), "--corpus", "--json"]);
+    let from_ck = ok(&["rows", p(&ck), "--corpus", "--json"]);
+    let (a, b): (Value, Value) = (
+        serde_json::from_str(&from_gguf).unwrap(),
+        serde_json::from_str(&from_ck).unwrap(),
+    );
+    assert!(a["rows"].as_array().unwrap().len() > 1000);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn replay_bench_and_residency_run_on_a_checkpoint() {
+    let dir = disk_dir();
+    let ck = dir.path().join("ck");
+    synth(&ck, "nvfp4", "3");
+    let text = dir.path().join("t.txt");
+    std::fs::write(&text, "fn main() { println!(\"hello, checkpoint\"); }\n").unwrap();
+
+    let j: Value = serde_json::from_str(&ok(&[
+        "replay",
+        p(&ck),
+        "--text",
+        p(&text),
+        "--decode",
+        "4",
+        "--cold",
+        "--no-floor",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(j["table"]["type"], "nvfp4");
+    assert!(
+        j["replays"].as_array().is_some_and(|r| !r.is_empty()),
+        "{j}"
+    );
+
+    let out = dir.path().join("bench.json");
+    ok(&[
+        "bench",
+        p(&ck),
+        "--rows",
+        "16",
+        "--batches",
+        "2",
+        "--strategies",
+        "auto,uring-direct",
+        "--json",
+        p(&out),
+    ]);
+    let j: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let arms = j["arms"].as_array().unwrap();
+    assert!(arms
+        .iter()
+        .any(|a| a["strategy"] == "auto" && a["cold"] == true));
+    assert!(arms.iter().all(|a| a["strategy"] != "limit"));
+
+    let j: Value = serde_json::from_str(&ok(&["residency", p(&ck), "--json"])).unwrap();
+    let files = j["files"].as_array().unwrap();
+    assert_eq!(files.len(), 3);
+    for f in files {
+        assert!(f["pages"].as_u64().unwrap() > 0, "{f}");
+    }
+}
