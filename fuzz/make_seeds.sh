@@ -16,6 +16,47 @@ mkdir -p "$c"
 "$pleio" synth --arch gemma4 --rows 4 --layers 1 --type Q8_0 --seed 1 --force -o "$c/gemma4-4rows.gguf"
 "$pleio" synth --rows 381 --seed 1 --force -o "$c/qwen4exp-381rows.gguf"
 
+c=corpus/safetensors_parse
+mkdir -p "$c"
+# Small safetensors files (every dtype the checkpoint reader uses, a
+# scalar, an empty tensor, metadata) and a model.safetensors.index.json.
+python3 - "$c" <<'PY'
+import json, struct, sys
+out = sys.argv[1]
+def st(name, tensors, meta=None, pad=0):
+    header, data = {}, b""
+    for tname, dtype, shape, raw in tensors:
+        header[tname] = {"dtype": dtype, "shape": shape,
+                         "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    if meta:
+        header["__metadata__"] = meta
+    h = json.dumps(header, separators=(",", ":")).encode() + b" " * pad
+    with open(f"{out}/{name}", "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+P = "model.language_model.layers.1.ple.ple_embedding."
+st("ple-bf16-fp8.safetensors", [
+    (P + "ngram_embedding.shard_0.weight", "F8_E4M3", [2, 16], bytes(range(32))),
+    ("other.bias", "F32", [3], struct.pack("<3f", 1.0, -0.0, 2.5)),
+    (P + "ngram_embedding.shard_1.weight", "F8_E4M3", [2, 16], bytes(range(32, 64))),
+    (P + "ngram_embedding.weight_scale", "BF16", [], b"\x52\x39"),
+    (P + "layer_multipliers", "I64", [3], struct.pack("<3q", 7, 11, 13)),
+], meta={"format": "pt"})
+st("mlx4.safetensors", [
+    ("language_model.model.layers.1.ple.ple_embedding.ngram_embedding.shards.0.weight", "U32", [1, 4], bytes(16)),
+    ("language_model.model.layers.1.ple.ple_embedding.ngram_embedding.shards.0.scales", "BF16", [1, 1], b"\x80\x3f"),
+    ("language_model.model.layers.1.ple.ple_embedding.ngram_embedding.shards.0.biases", "BF16", [1, 1], b"\x00\xbf"),
+    ("empty", "U8", [0, 5], b""),
+    ("half", "F16", [2], struct.pack("<2e", 1.0, -2.0)),
+    ("bytes", "U8", [3], b"abc"),
+], pad=5)
+with open(f"{out}/model.safetensors.index.json", "w") as f:
+    json.dump({"metadata": {"total_size": 96},
+               "weight_map": {P + "ngram_embedding.shard_0.weight": "model-00001-of-00002.safetensors",
+                              P + "ngram_embedding.shard_1.weight": "model-00002-of-00002.safetensors",
+                              "other.bias": "model-00001-of-00002.safetensors"}}, f)
+PY
+
 c=corpus/text_parsers
 mkdir -p "$c"
 i=0

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every cargo-fuzz target in fuzz/ for a fixed time each (default 60 s:
-# four targets, four minutes), from the committed seed corpus in
+# five targets, five minutes), from the committed seed corpus in
 # fuzz/corpus/TARGET (read only: new inputs go to a scratch directory).
 #
 # Needs a nightly toolchain and cargo-fuzz (installed from crates.io if

@@ -1,7 +1,8 @@
 //! Checkpoint goldens: tables written by Hugging Face's `safetensors` and
 //! decoded by NumPy + ml_dtypes (`scripts/ckpt_golden.py`), found by
 //! `CheckpointTable::open` and decoded by pleio (fast and scalar decoders)
-//! to f32, bf16 and f16: every row bit for bit.
+//! to f32, bf16 and f16: every row bit for bit; and the same rows gathered
+//! through `Table::open` with every strategy.
 //!
 //! `committed_goldens` reads `tests/golden/ckpt`; `ckpt_crosscheck_live`
 //! reads the fresh cases `scripts/ckpt_crosscheck.sh` writes and names in
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use pleio::checkpoint::CheckpointTable;
 use pleio::quant::encoding::EncodingDecoder;
+use pleio::{Dtype, Strategy, Table};
 
 fn read_u16(p: &Path) -> Vec<u16> {
     std::fs::read(p)
@@ -81,6 +83,37 @@ fn check_case(dir: &Path, encoding: &str, rows: u64, row_elems: u64) -> u64 {
             assert_eq!(h, bf16s[at.clone()], "{} row {r} bf16", dir.display());
             dec.decode_f16(&parts, &mut h).unwrap();
             assert_eq!(h, f16s[at.clone()], "{} row {r} f16", dir.display());
+        }
+    }
+    // The same rows through the one entry point, every strategy, in
+    // reverse order with a duplicate.
+    let table = Table::open(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let ids: Vec<u64> = (0..rows).rev().chain([0]).collect();
+    let want = |dtype: Dtype| -> Vec<u8> {
+        ids.iter()
+            .flat_map(|&r| {
+                let at = r as usize * n..(r as usize + 1) * n;
+                match dtype {
+                    Dtype::F32 => f32s[at].iter().flat_map(|v| v.to_le_bytes()).collect(),
+                    Dtype::Bf16 => bf16s[at].iter().flat_map(|v| v.to_le_bytes()).collect(),
+                    _ => f16s[at]
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes())
+                        .collect::<Vec<u8>>(),
+                }
+            })
+            .collect()
+    };
+    for dtype in [Dtype::F32, Dtype::Bf16, Dtype::F16] {
+        let expected = want(dtype);
+        for &s in Strategy::ALL {
+            let mut out = vec![0u8; table.out_bytes(dtype, ids.len()).unwrap()];
+            table.gather_as_with(s, dtype, &ids, &mut out).unwrap();
+            assert!(
+                out == expected,
+                "{}: Table::gather_as {s} {dtype} differs from NumPy",
+                dir.display()
+            );
         }
     }
     rows
