@@ -5,13 +5,13 @@
 mod common;
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use common::{disk_dir, ok, p, pleio};
 use pleio::checkpoint::CheckpointTable;
 use pleio::quant::convert::{f32_to_bf16, f32_to_f16};
 use pleio::quant::encoding::EncodingDecoder;
+use pleio_lab::synth_ckpt::read_row_parts;
 use serde_json::Value;
 
 /// Writes a checkpoint of `enc` (about 40000 rows, 128 shards) into `dir`.
@@ -39,17 +39,7 @@ fn reference(ck: &CheckpointTable, rows: &[u64], dtype: &str) -> Vec<u8> {
     let dec = EncodingDecoder::scalar(ck.encoding, n).unwrap();
     let mut out = Vec::new();
     for &r in rows {
-        let parts: Vec<Vec<u8>> = ck
-            .row_extents(r)
-            .unwrap()
-            .as_slice()
-            .iter()
-            .map(|e| {
-                let mut b = vec![0u8; e.len as usize];
-                files[e.file].read_exact_at(&mut b, e.offset).unwrap();
-                b
-            })
-            .collect();
+        let parts = read_row_parts(ck, &files, r).unwrap();
         if dtype == "raw" {
             out.extend(parts.concat());
             continue;

@@ -355,6 +355,28 @@ fn i64_bytes(v: &[u64]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// The parts of row `row` of `table`, by plain positioned reads of its
+/// extents from `files` (the table's files, opened, in order): the
+/// independent read the tests compare pleio's gathers with.
+pub fn read_row_parts(
+    table: &pleio::checkpoint::CheckpointTable,
+    files: &[fs::File],
+    row: u64,
+) -> std::io::Result<Vec<Vec<u8>>> {
+    use std::os::unix::fs::FileExt;
+    let ext = table
+        .row_extents(row)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    ext.as_slice()
+        .iter()
+        .map(|e| {
+            let mut b = vec![0u8; e.len as usize];
+            files[e.file].read_exact_at(&mut b, e.offset)?;
+            Ok(b)
+        })
+        .collect()
+}
+
 /// Writes the checkpoint into a new directory `dir` (refused if it
 /// exists), through a temporary sibling renamed at the end, so an
 /// interrupted run leaves no partial checkpoint under `dir`. `progress`

@@ -9,12 +9,12 @@
 //! `PLEIO_CKPT_XCHECK_DIR`.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use pleio::checkpoint::CheckpointTable;
 use pleio::quant::encoding::EncodingDecoder;
 use pleio::{Dtype, Strategy, Table};
+use pleio_lab::synth_ckpt::read_row_parts;
 
 fn read_u16(p: &Path) -> Vec<u16> {
     std::fs::read(p)
@@ -54,16 +54,7 @@ fn check_case(dir: &Path, encoding: &str, rows: u64, row_elems: u64) -> u64 {
     let scalar = EncodingDecoder::scalar(t.encoding, n).unwrap();
     let (mut y, mut h) = (vec![0f32; n], vec![0u16; n]);
     for r in 0..rows {
-        let ext = t.row_extents(r).unwrap();
-        let bufs: Vec<Vec<u8>> = ext
-            .as_slice()
-            .iter()
-            .map(|e| {
-                let mut b = vec![0u8; e.len as usize];
-                files[e.file].read_exact_at(&mut b, e.offset).unwrap();
-                b
-            })
-            .collect();
+        let bufs = read_row_parts(&t, &files, r).unwrap();
         let parts: Vec<&[u8]> = bufs.iter().map(Vec::as_slice).collect();
         let at = r as usize * n..(r as usize + 1) * n;
         for dec in [&fast, &scalar] {
