@@ -95,6 +95,10 @@ fn inspect_and_gather_every_strategy_and_dtype() {
         for dtype in ["f32", "bf16", "f16", "raw"] {
             let want = reference(&ck, &rows, dtype);
             for s in pleio::Strategy::ALL.iter().map(|s| s.name()) {
+                if s == "cached" {
+                    // refuses a table split over shards (tested below)
+                    continue;
+                }
                 for table in [&ck_dir, &index] {
                     let out = dir.path().join(format!("{enc}-{s}-{dtype}.bin"));
                     ok(&[
@@ -118,6 +122,22 @@ fn inspect_and_gather_every_strategy_and_dtype() {
                 }
             }
         }
+        // `cached` serves one-region tables only: refused, naming why, no file.
+        let out = dir.path().join(format!("{enc}-cached.bin"));
+        let r = pleio(&[
+            "gather",
+            p(&ck_dir),
+            "--rows",
+            &list,
+            "--strategy",
+            "cached",
+            "-o",
+            p(&out),
+        ]);
+        assert_eq!(r.status.code(), Some(2), "{enc} cached");
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(err.contains("one region of one file"), "{err}");
+        assert!(!out.exists(), "{enc} cached wrote {}", out.display());
         // npy: the dtype's descr, the same bytes after the header.
         let npy = dir.path().join(format!("{enc}.npy"));
         ok(&[
