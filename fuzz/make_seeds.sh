@@ -64,3 +64,13 @@ for s in 4096 64k 512M 1.5G 2TiB 1_000 full auto fault uring-direct bf16 float16
     printf '%s' "$s" > "$c/seed-$i"
     i=$((i + 1))
 done
+
+c=corpus/lists
+mkdir -p "$c"
+i=0
+for s in '1 2,3
+4' '[5, 6]
+' '{"tokens": [7, 4294967295], "rows": []}' '18446744073709551615,0 ,, 9' '1 x' '{"tokens": [1, -1]}'; do
+    printf '%s' "$s" > "$c/seed-$i"
+    i=$((i + 1))
+done

@@ -10,6 +10,7 @@ use std::io::{self, Read};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use serde_json::Value as Json;
 
 /// Most row ids one `gather` takes (64 Mi ids, 512 MiB as `u64`s).
 pub const MAX_ROW_IDS: usize = 1 << 26;
@@ -159,6 +160,38 @@ pub fn read_bounded_text(path: &Path, what: &str) -> Result<String> {
             e.utf8_error().valid_up_to()
         )
     })
+}
+
+/// Parses token ids: integers separated by whitespace and/or commas (as
+/// `gather --rows-file` reads them), a JSON array, or a JSON object with a `tokens` array (what `pleio rows --json`
+/// and `scripts/tokenize_ref.py` print). `source` names the input in errors.
+pub fn parse_token_list(text: &str, source: &str) -> Result<Vec<u32>> {
+    let body = text.trim_start();
+    if body.starts_with('{') {
+        let j: Json =
+            serde_json::from_str(body).with_context(|| format!("{source}: not valid JSON"))?;
+        let arr = j
+            .get("tokens")
+            .and_then(Json::as_array)
+            .with_context(|| format!("{source}: JSON object without a \"tokens\" array"))?;
+        return arr
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_u64()
+                    .and_then(|t| u32::try_from(t).ok())
+                    .with_context(|| format!("{source}: item {} ({v}) is not a token id", i + 1))
+            })
+            .collect();
+    }
+    parse_row_list(text, source)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            u32::try_from(t)
+                .with_context(|| format!("{source}: item {} ({t}) is not a token id", i + 1))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //!
 //! Also home of what other commands reuse to get a token stream: [`Input`]
 //! (`--text`, `--tokens`, `--corpus`, `--ordinary`; flatten it into a
-//! command's args), [`parse_token_list`] and the embedded [`CORPUS`].
+//! command's args), the token-list reader (`crate::lists::parse_token_list`) and the embedded [`CORPUS`].
 
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
@@ -14,9 +14,8 @@ use pleio::model::Model;
 use pleio::ngram::{ModelRows, RowMapper};
 use pleio::tokenizer::{QwenTokenizer, ENDOFTEXT_ID};
 use pleio_lab::replay::MAX_TOKENS;
-use serde_json::Value as Json;
 
-use crate::lists::{parse_row_list, read_bounded_text};
+use crate::lists::{parse_token_list, read_bounded_text};
 
 /// Embeds the listed files of `corpus/` (repository root), in order.
 macro_rules! corpus {
@@ -180,38 +179,6 @@ pub fn corpus_orders(tok: &QwenTokenizer, ordinary: bool, orders: usize) -> Resu
         }
     }
     Ok(out)
-}
-
-/// Parses token ids: integers separated by whitespace and/or commas (as
-/// `gather --rows-file` reads them), a JSON array, or a JSON object with a `tokens` array (what `pleio rows --json`
-/// and `scripts/tokenize_ref.py` print). `source` names the input in errors.
-pub fn parse_token_list(text: &str, source: &str) -> Result<Vec<u32>> {
-    let body = text.trim_start();
-    if body.starts_with('{') {
-        let j: Json =
-            serde_json::from_str(body).with_context(|| format!("{source}: not valid JSON"))?;
-        let arr = j
-            .get("tokens")
-            .and_then(Json::as_array)
-            .with_context(|| format!("{source}: JSON object without a \"tokens\" array"))?;
-        return arr
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                v.as_u64()
-                    .and_then(|t| u32::try_from(t).ok())
-                    .with_context(|| format!("{source}: item {} ({v}) is not a token id", i + 1))
-            })
-            .collect();
-    }
-    parse_row_list(text, source)?
-        .into_iter()
-        .enumerate()
-        .map(|(i, t)| {
-            u32::try_from(t)
-                .with_context(|| format!("{source}: item {} ({t}) is not a token id", i + 1))
-        })
-        .collect()
 }
 
 /// Print, per token, its id and the PLE row ids the model needs for it
