@@ -182,6 +182,7 @@ pub fn open(path: &Path, tensor: Option<&str>, strategy: Option<&str>) -> Result
 }
 
 /// Runs `f` on the table of `token`.
+#[inline]
 pub fn with_table<R>(
     token: usize,
     f: impl FnOnce(&TableState) -> Result<R, Failure>,
@@ -214,6 +215,7 @@ impl TableState {
     }
 
     /// Bytes `n` rows take as `dtype`.
+    #[inline]
     pub fn out_bytes(&self, dtype: Dtype, n: usize) -> Result<usize, Failure> {
         self.table
             .out_bytes(dtype, n)
@@ -222,6 +224,7 @@ impl TableState {
 
     /// Checks that a buffer of `have` bytes holds `n` rows of `dtype` and
     /// returns the bytes they take.
+    #[inline]
     pub fn need(&self, dtype: Dtype, n: usize, have: usize) -> Result<usize, Failure> {
         let need = self.out_bytes(dtype, n)?;
         if have < need {
@@ -236,6 +239,7 @@ impl TableState {
     /// Runs `f` on `ids` checked (negative or past the end is an error
     /// naming the id) and widened to the engine's row ids, in this thread's
     /// reused buffer.
+    #[inline]
     fn with_rows<I: RowId, R>(
         &self,
         ids: &[I],
@@ -254,11 +258,13 @@ impl TableState {
     }
 
     /// Gathers f32 rows into `out` (exactly `n * row_elems` floats).
+    #[inline]
     pub fn gather_f32<I: RowId>(&self, ids: &[I], out: &mut [f32]) -> Result<GatherStats, Failure> {
         self.with_rows(ids, |rows| self.table.gather(rows, out))
     }
 
     /// Gathers rows as `dtype` bytes into `out` (exactly the bytes needed).
+    #[inline]
     pub fn gather_bytes<I: RowId>(
         &self,
         ids: &[I],

@@ -78,6 +78,7 @@ pub enum pleio_dtype {
 pub struct DtypeArg(pub u32);
 
 impl DtypeArg {
+    #[inline]
     fn get(self) -> Result<Dtype, Failure> {
         Ok(match self.0 {
             0 => Dtype::F32,
@@ -118,6 +119,7 @@ fn guard(f: impl FnOnce() -> Result<(), Failure>) -> c_int {
 /// # Safety
 /// A non-NULL `ptr` must point at `n` initialized `T`s that nothing writes
 /// during the call.
+#[inline]
 unsafe fn slice<'a, T>(ptr: *const T, n: usize, what: &str) -> Result<&'a [T], Failure> {
     if n == 0 {
         return Ok(&[]);
@@ -136,6 +138,7 @@ unsafe fn slice<'a, T>(ptr: *const T, n: usize, what: &str) -> Result<&'a [T], F
 /// A non-NULL `ptr` must point at `n` writable `T`s (any bit pattern is a
 /// valid T for the types used here) that nothing else reads or writes
 /// during the call.
+#[inline]
 unsafe fn slice_mut<'a, T>(ptr: *mut T, n: usize, what: &str) -> Result<&'a mut [T], Failure> {
     if n == 0 {
         return Ok(&mut []);
@@ -146,6 +149,7 @@ unsafe fn slice_mut<'a, T>(ptr: *mut T, n: usize, what: &str) -> Result<&'a mut 
     Ok(unsafe { std::slice::from_raw_parts_mut(ptr, n) })
 }
 
+#[inline]
 fn check_ptr<T>(ptr: *const T, n: usize, what: &str) -> Result<(), Failure> {
     if ptr.is_null() {
         return Err(Failure::argument(format!(
@@ -212,7 +216,27 @@ unsafe fn put_opt<T>(ptr: *mut T, value: T, what: &str) -> Result<(), Failure> {
     unsafe { put(ptr, value, what) }
 }
 
+/// Hands the new handle `token` to the caller through `*out`; when that
+/// fails (`out` misaligned) the object is ended again with `undo`, so no
+/// handle leaks.
+///
+/// # Safety
+/// As [`put`]: a non-NULL `out` must point at writable memory for a pointer.
+unsafe fn publish<H>(
+    out: *mut *mut H,
+    token: usize,
+    what: &str,
+    undo: fn(usize) -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    let handle = std::ptr::without_provenance_mut::<H>(token);
+    // SAFETY: the caller's promise, forwarded.
+    unsafe { put(out, handle, what) }.inspect_err(|_| {
+        let _ = undo(token);
+    })
+}
+
 /// Fails when the byte ranges of two buffers overlap.
+#[inline]
 fn disjoint(
     a: (*const c_void, usize),
     b: (*const c_void, usize),
@@ -257,13 +281,9 @@ unsafe fn open_common(
         })
         .transpose()?;
     let token = api::open(path, tensor, strategy)?;
-    let handle = std::ptr::without_provenance_mut::<pleio_table>(token);
     // SAFETY: `out` is non-NULL (checked above); the caller promises it
     // points at a writable `pleio_table *`.
-    unsafe { put(out, handle, "out (pleio_table **)") }.inspect_err(|_| {
-        // Not handed over: close it again.
-        let _ = api::close(token);
-    })
+    unsafe { publish(out, token, "out (pleio_table **)", api::close) }
 }
 
 /// pleio's version ("0.1.0"), a static string.
@@ -378,34 +398,36 @@ pub unsafe extern "C" fn pleio_out_bytes(
     })
 }
 
-/// The gather behind `pleio_gather` and `pleio_gather_i32`.
+/// The gather behind `pleio_gather` and `pleio_gather_i32`, on the ids
+/// already taken as a slice (once per call).
 ///
 /// # Safety
-/// As `pleio_gather`, with `ids` of `I`.
+/// As `pleio_gather` for `out`, `out_bytes` and `stats`.
+#[inline]
 unsafe fn gather_common<I: pleio::RowId>(
     t: *mut pleio_table,
-    ids: *const I,
-    n: usize,
+    ids: &[I],
     dtype: DtypeArg,
     out: *mut c_void,
     out_bytes: usize,
     stats: *mut pleio_stats,
 ) -> Result<(), Failure> {
     let dtype = dtype.get()?;
+    let n = ids.len();
     api::with_table(t.addr(), |state| {
         let need = state.need(dtype, n, out_bytes)?;
         disjoint(
-            (ids.cast(), n.saturating_mul(size_of::<I>())),
+            (ids.as_ptr().cast(), size_of_val(ids)),
             (out.cast_const(), need),
             "ids and out",
         )?;
-        disjoint(
-            (stats.cast_const().cast(), size_of::<pleio_stats>()),
-            (out.cast_const(), need),
-            "stats and out",
-        )?;
-        // SAFETY: the caller promises `n` readable ids at `ids`.
-        let ids = unsafe { slice(ids, n, "ids") }?;
+        if !stats.is_null() {
+            disjoint(
+                (stats.cast_const().cast(), size_of::<pleio_stats>()),
+                (out.cast_const(), need),
+                "stats and out",
+            )?;
+        }
         let done = if dtype == Dtype::F32 && out.cast::<f32>().is_aligned() {
             // SAFETY: the caller promises `out_bytes >= need` writable bytes at
             // `out`, touched by no one else during the call; `need` is a whole
@@ -456,26 +478,19 @@ pub unsafe extern "C" fn pleio_gather(
     guard(|| {
         // SAFETY: the caller promises `n` readable int64_t at `ids`.
         let signed = unsafe { slice(ids, n, "ids") }?;
-        if signed.iter().all(|&id| id >= 0) {
+        // One OR over the ids (vectorized): the sign bit of any negative id.
+        if signed.iter().fold(0, |acc, &id| acc | id) >= 0 {
             // Non-negative int64_t ids have the bits of their uint64_t
             // values: gathered in place, without widening.
-            // SAFETY: the caller's promise, forwarded; u64 has the size and
-            // alignment of i64 and every bit pattern is valid.
-            unsafe {
-                gather_common(
-                    t,
-                    ids.cast::<u64>(),
-                    n,
-                    dtype,
-                    out,
-                    out_bytes,
-                    stats_or_null,
-                )
-            }
+            // SAFETY: u64 has the size and alignment of i64 and every bit
+            // pattern is valid; the slice is the caller's, forwarded.
+            let rows = unsafe { std::slice::from_raw_parts(signed.as_ptr().cast::<u64>(), n) };
+            // SAFETY: the caller's promise, forwarded.
+            unsafe { gather_common(t, rows, dtype, out, out_bytes, stats_or_null) }
         } else {
             // The engine names the negative id.
             // SAFETY: the caller's promise, forwarded.
-            unsafe { gather_common(t, ids, n, dtype, out, out_bytes, stats_or_null) }
+            unsafe { gather_common(t, signed, dtype, out, out_bytes, stats_or_null) }
         }
     })
 }
@@ -495,8 +510,12 @@ pub unsafe extern "C" fn pleio_gather_i32(
     out_bytes: usize,
     stats_or_null: *mut pleio_stats,
 ) -> c_int {
-    // SAFETY: the caller's promise, forwarded.
-    guard(|| unsafe { gather_common(t, ids, n, dtype, out, out_bytes, stats_or_null) })
+    guard(|| {
+        // SAFETY: the caller promises `n` readable int32_t at `ids`.
+        let ids = unsafe { slice(ids, n, "ids") }?;
+        // SAFETY: the caller's promise, forwarded.
+        unsafe { gather_common(t, ids, dtype, out, out_bytes, stats_or_null) }
+    })
 }
 
 /// The prefetch behind `pleio_prefetch` and `pleio_prefetch_i32`.
@@ -515,12 +534,9 @@ unsafe fn prefetch_common<I: pleio::RowId>(
     // SAFETY: the caller promises `n` readable ids.
     let ids = unsafe { slice(ids, n, "ids") }?;
     let token = api::with_table(t.addr(), |state| state.prefetch(ids))?;
-    let handle = std::ptr::without_provenance_mut::<pleio_batch>(token);
     // SAFETY: non-NULL (checked above); the caller promises a writable
     // pointer.
-    unsafe { put(out, handle, "out (pleio_batch **)") }.inspect_err(|_| {
-        let _ = api::cancel(token);
-    })
+    unsafe { publish(out, token, "out (pleio_batch **)", api::cancel) }
 }
 
 /// Starts fetching the rows `ids[0..n]` as f32 in the background (one
@@ -624,12 +640,9 @@ pub unsafe extern "C" fn pleio_sequence_new(
             return Err(Failure::argument("out (pleio_sequence **) is NULL"));
         }
         let token = api::with_table(t.addr(), |state| state.sequence())?;
-        let handle = std::ptr::without_provenance_mut::<pleio_sequence>(token);
         // SAFETY: non-NULL (checked above); the caller promises a writable
         // pointer.
-        unsafe { put(out, handle, "out (pleio_sequence **)") }.inspect_err(|_| {
-            let _ = api::free_sequence(token);
-        })
+        unsafe { publish(out, token, "out (pleio_sequence **)", api::free_sequence) }
     })
 }
 

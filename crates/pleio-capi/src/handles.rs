@@ -79,6 +79,7 @@ impl<T> Registry<T> {
     }
 
     /// The slot of `token`, if it is one of this registry's tokens.
+    #[inline]
     fn slot(&self, token: usize) -> Option<usize> {
         if token & ((1 << KIND_BITS) - 1) != self.kind as usize {
             return None;
@@ -102,6 +103,7 @@ impl<T> Registry<T> {
 
     /// Runs `f` on the object of `token`, under the read lock; a closed,
     /// foreign or unknown token is a `PLEIO_ERR_HANDLE` failure.
+    #[inline]
     pub fn with<R>(
         &self,
         token: usize,
