@@ -395,6 +395,8 @@ pub struct Arm {
     /// `mean_us` over `limit`'s `median_us` at the same size (cold arms;
     /// for `limit` itself, its mean over its median).
     pub ratio_to_limit: Option<f64>,
+    /// Every timed gather (or floor read), microseconds, ascending.
+    pub times_us: Vec<f64>,
 }
 
 /// Costs of the ways `auto` could learn residency (measured in the run).
@@ -467,6 +469,33 @@ pub(crate) fn summary(xs: &mut [f64]) -> (f64, f64, f64) {
     (mean, xs[xs.len() / 2], xs[rank - 1])
 }
 
+impl Report {
+    /// Adds floor reads taken later in the run (`us`, microseconds, of the
+    /// same `rows`-row batches: [`Bench::floor_samples`]) to the cold
+    /// `limit` arm of that size, and rescales every cold arm's ratio to it.
+    /// Floor samples spread over a long run are what keeps the floor from
+    /// moving with a shared disk's minute-to-minute drift.
+    pub fn add_floor_samples(&mut self, rows: usize, us: &[f64]) {
+        let Some(limit) = self
+            .arms
+            .iter_mut()
+            .find(|a| a.cold && a.rows == rows && a.strategy == "limit")
+        else {
+            return;
+        };
+        limit.times_us.extend_from_slice(us);
+        let (mean, median, p99) = summary(&mut limit.times_us);
+        limit.samples = limit.times_us.len();
+        limit.mean_us = mean;
+        limit.median_us = median;
+        limit.p99_us = p99;
+        limit.us_per_row = mean / rows.max(1) as f64;
+        for a in self.arms.iter_mut().filter(|a| a.cold && a.rows == rows) {
+            a.ratio_to_limit = (median > 0.0).then(|| a.mean_us / median);
+        }
+    }
+}
+
 /// Accumulates one arm's samples.
 #[derive(Default)]
 struct Acc {
@@ -537,6 +566,7 @@ impl Acc {
             cache_bytes: self.cache_bytes,
             ratio_to_fault: None,
             ratio_to_limit: None,
+            times_us: self.times,
         }
     }
 }
@@ -1095,7 +1125,7 @@ mod tests {
             batches: 2,
             ..BenchConfig::default()
         };
-        let report = b.run(&cfg, &mut |_| {}).unwrap();
+        let mut report = b.run(&cfg, &mut |_| {}).unwrap();
         assert!(report.floor.is_some());
         for &n in &cfg.rows {
             let lists = b.row_lists(&cfg, n);
@@ -1113,6 +1143,54 @@ mod tests {
             assert!(limit.read_requests < limit.distinct_pages, "{limit:?}");
             assert!(limit.samples >= MIN_FLOOR_SAMPLES, "{limit:?}");
         }
+
+        // Floor reads taken later join the arm: its figures are those of
+        // every sample, and every cold arm's ratio follows the new median.
+        let extra = floor.time_reads(&b.row_lists(&cfg, 16), 3).unwrap();
+        assert_eq!(extra.len(), 2 * 3);
+        let limit_of = |r: &Report| {
+            r.arms
+                .iter()
+                .find(|a| a.strategy == "limit" && a.rows == 16)
+                .unwrap()
+                .clone()
+        };
+        let before = limit_of(&report);
+        report.add_floor_samples(16, &extra);
+        let after = limit_of(&report);
+        assert_eq!(after.samples, before.samples + extra.len());
+        let mut all = before.times_us.clone();
+        all.extend_from_slice(&extra);
+        let (mean, median, p99) = summary(&mut all);
+        assert_eq!(
+            (after.mean_us, after.median_us, after.p99_us),
+            (mean, median, p99)
+        );
+        for a in report.arms.iter().filter(|a| a.cold && a.rows == 16) {
+            assert_eq!(a.ratio_to_limit, Some(a.mean_us / median), "{a:?}");
+        }
+        let other = limit_of(&report);
+        report.add_floor_samples(256, &[]);
+        assert_eq!(limit_of(&report).samples, other.samples);
+
+        // A replay phase's floor from passes taken one at a time: each
+        // pass reads every step's cold extents once.
+        let steps: Vec<&[u64]> = vec![&rows[..4], &rows[4..]];
+        let mut samples = floor.phase_samples(&steps);
+        for _ in 0..3 {
+            floor.pass(&mut samples).unwrap();
+        }
+        let phase = samples.floor();
+        assert_eq!((phase.steps, phase.timing.samples), (2, 3));
+        // The first step reads all its extents; the second only pages the
+        // first did not read (row 5 again: nothing new for it).
+        let first = floor.extents(steps[0]).len() as u64;
+        assert!(
+            phase.extents > first && phase.extents <= first + floor.extents(steps[1]).len() as u64
+        );
+        let whole = floor.phase(&steps).unwrap();
+        assert_eq!((whole.extents, whole.bytes), (phase.extents, phase.bytes));
+        assert!(phase.timing.median_us > 0.0);
     }
 
     #[test]

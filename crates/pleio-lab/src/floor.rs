@@ -349,6 +349,20 @@ impl Floor {
         self.backend.read_extents(extents)
     }
 
+    /// Times `reps` reads of each batch's extents, microseconds per read.
+    pub fn time_reads(&self, batches: &[Vec<u64>], reps: usize) -> Result<Vec<f64>, IoError> {
+        let mut us = Vec::with_capacity(batches.len().saturating_mul(reps));
+        for rows in batches {
+            let extents = self.extents(rows);
+            for _ in 0..reps {
+                let t0 = Instant::now();
+                self.read(&extents)?;
+                us.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        Ok(us)
+    }
+
     /// The floor of a replay phase that starts with the table evicted:
     /// each step's cold extents ([`phase_extents`]) read in step order,
     /// [`PHASE_PASSES`] passes, more while they have taken less than
@@ -357,53 +371,102 @@ impl Floor {
     /// floor is the sum over steps of each step's median over the passes:
     /// one slow read moves one step's sample, not the sum.
     pub fn phase(&self, steps: &[&[u64]]) -> Result<PhaseFloor, IoError> {
-        let per_step = phase_extents(&self.table, self.grain, steps);
-        let mut step_us: Vec<Vec<f64>> = vec![Vec::with_capacity(PHASE_PASSES); steps.len()];
-        let mut passes: Vec<f64> = Vec::with_capacity(PHASE_PASSES);
+        let mut samples = self.phase_samples(steps);
         let mut want = PHASE_PASSES;
-        let mut stats = ReadStats::default();
         let mut spent = 0.0;
-        while passes.len() < want {
-            let mut pass = ReadStats::default();
-            let mut total = 0.0;
-            for (ext, us) in per_step.iter().zip(&mut step_us) {
-                let t0 = Instant::now();
-                if !ext.is_empty() {
-                    let s = self.read(ext)?;
-                    pass.requests += s.requests;
-                    pass.bytes += s.bytes;
-                }
-                let took = t0.elapsed().as_secs_f64() * 1e6;
-                us.push(took);
-                total += took;
-            }
-            if passes.is_empty() && total > LONG_PASS.as_secs_f64() * 1e6 {
+        while samples.passes() < want {
+            let took = self.pass(&mut samples)?;
+            if samples.passes() == 1 && took > LONG_PASS.as_secs_f64() * 1e6 {
                 want = LONG_PHASE_PASSES;
             }
-            passes.push(total);
-            spent += total;
-            if passes.len() == want
+            spent += took;
+            if samples.passes() == want
                 && (PHASE_PASSES..MAX_PHASE_PASSES).contains(&want)
                 && spent < PHASE_BUDGET.as_secs_f64() * 1e6
             {
                 want += 1;
             }
-            stats = pass;
         }
-        let floor_us: f64 = step_us.iter_mut().map(|us| summary(us).1).sum();
-        let (mean_us, _, p99_us) = summary(&mut passes);
-        Ok(PhaseFloor {
-            steps: steps.len(),
-            extents: stats.requests,
-            bytes: stats.bytes,
+        Ok(samples.floor())
+    }
+
+    /// An empty set of passes over a replay phase's cold extents
+    /// ([`phase_extents`]), to fill with [`Floor::pass`] at times of the
+    /// caller's choosing: passes spread over a long run give a floor that
+    /// a minute's drift of a shared disk does not move.
+    pub fn phase_samples(&self, steps: &[&[u64]]) -> PhaseSamples {
+        let extents = phase_extents(&self.table, self.grain, steps);
+        PhaseSamples {
+            step_us: vec![Vec::new(); extents.len()],
+            extents,
+            passes: Vec::new(),
+            last: ReadStats::default(),
             queue_depth: self.queue_depth(),
+        }
+    }
+
+    /// One timed pass over `samples`' steps, in order; returns its
+    /// microseconds.
+    pub fn pass(&self, samples: &mut PhaseSamples) -> Result<f64, IoError> {
+        let mut pass = ReadStats::default();
+        let mut total = 0.0;
+        for (ext, us) in samples.extents.iter().zip(&mut samples.step_us) {
+            let t0 = Instant::now();
+            if !ext.is_empty() {
+                let s = self.read(ext)?;
+                pass.requests += s.requests;
+                pass.bytes += s.bytes;
+            }
+            let took = t0.elapsed().as_secs_f64() * 1e6;
+            us.push(took);
+            total += took;
+        }
+        samples.passes.push(total);
+        samples.last = pass;
+        Ok(total)
+    }
+}
+
+/// Timed passes over one replay phase's cold extents ([`Floor::pass`]).
+#[derive(Debug, Clone)]
+pub struct PhaseSamples {
+    extents: Vec<Vec<Range<u64>>>,
+    /// Per step, its time in every pass.
+    step_us: Vec<Vec<f64>>,
+    /// Whole passes.
+    passes: Vec<f64>,
+    /// What the last pass read.
+    last: ReadStats,
+    queue_depth: u32,
+}
+
+impl PhaseSamples {
+    /// Passes taken.
+    pub fn passes(&self) -> usize {
+        self.passes.len()
+    }
+
+    /// The phase floor over the passes so far: the sum over steps of each
+    /// step's median ([`PhaseFloor`]).
+    pub fn floor(&self) -> PhaseFloor {
+        let floor_us: f64 = self
+            .step_us
+            .iter()
+            .map(|us| summary(&mut us.clone()).1)
+            .sum();
+        let (mean_us, _, p99_us) = summary(&mut self.passes.clone());
+        PhaseFloor {
+            steps: self.extents.len(),
+            extents: self.last.requests,
+            bytes: self.last.bytes,
+            queue_depth: self.queue_depth,
             timing: Timing {
-                samples: passes.len(),
+                samples: self.passes.len(),
                 mean_us,
                 median_us: floor_us,
                 p99_us,
             },
-        })
+        }
     }
 }
 

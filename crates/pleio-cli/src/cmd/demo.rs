@@ -20,8 +20,8 @@ use pleio::ngram::released::QWEN_ROW_ELEMS;
 use pleio::quant::GgmlType;
 use pleio::tokenizer::QwenTokenizer;
 use pleio_lab::bench::{Arm, Bench, BenchConfig, ColdMode, Report};
-use pleio_lab::floor::Floor;
-use pleio_lab::replay::{ReplayConfig, ReplayFloor, ReplayReport, Replayer};
+use pleio_lab::floor::{Floor, PhaseSamples};
+use pleio_lab::replay::{ReplayConfig, ReplayFloor, ReplayPlan, ReplayReport, Replayer};
 use pleio_lab::synth::SynthSpec;
 use serde_json::{json, Value as Json};
 
@@ -142,6 +142,66 @@ fn ensure_table(path: &Path, rows: u64) -> Result<()> {
     out.commit()
 }
 
+/// Decode-phase floor passes per round (a pass is 64 steps of at most 16
+/// reads: short).
+const DECODE_PASSES_PER_ROUND: usize = 3;
+
+/// Floor reads per 16-row batch list per round (1792-row lists get one).
+const SMALL_BATCH_REPS: usize = 3;
+
+/// The demo's floor figures, sampled in rounds: one before the replays and
+/// one after each strategy's cold and warm replays. A shared virtual disk's latency drifts from
+/// second to second (the median of 30 16-row reads taken within one second
+/// moves by 30% between runs a few seconds apart), so samples spread over
+/// the whole run are what makes two runs' floors agree.
+struct FloorRounds {
+    floor: Floor,
+    prefill: PhaseSamples,
+    decode: PhaseSamples,
+    /// Per bench batch size, its row lists and floor reads so far.
+    batches: Vec<(usize, Vec<Vec<u64>>, Vec<f64>)>,
+}
+
+impl FloorRounds {
+    fn new(floor: Floor, plan: &ReplayPlan, lists: Vec<(usize, Vec<Vec<u64>>)>) -> FloorRounds {
+        let ubs: Vec<&[u64]> = plan.ubatches().collect();
+        let steps: Vec<&[u64]> = plan.decode_steps().collect();
+        FloorRounds {
+            prefill: floor.phase_samples(&ubs),
+            decode: floor.phase_samples(&steps),
+            floor,
+            batches: lists.into_iter().map(|(n, l)| (n, l, Vec::new())).collect(),
+        }
+    }
+
+    /// One round: [`DECODE_PASSES_PER_ROUND`] decode passes, floor reads of
+    /// the bench's batch lists, then a prefill pass (the latency-bound reads
+    /// first, before the round's own burst of 8192 tokens' reads).
+    fn round(&mut self) -> Result<()> {
+        for _ in 0..DECODE_PASSES_PER_ROUND {
+            self.floor.pass(&mut self.decode)?;
+        }
+        for (n, lists, us) in &mut self.batches {
+            let reps = if *n <= 16 { SMALL_BATCH_REPS } else { 1 };
+            us.extend(self.floor.time_reads(lists, reps)?);
+        }
+        self.floor.pass(&mut self.prefill)?;
+        Ok(())
+    }
+
+    /// The replay floor, after adding the batch samples to `report`'s
+    /// `limit` arms.
+    fn finish(self, report: &mut Report) -> ReplayFloor {
+        for (n, _, us) in &self.batches {
+            report.add_floor_samples(*n, us);
+        }
+        ReplayFloor {
+            prefill: self.prefill.floor(),
+            decode: self.decode.floor(),
+        }
+    }
+}
+
 /// One strategy's replays.
 struct Replays {
     strategy: Strategy,
@@ -167,26 +227,31 @@ pub fn run(a: Args) -> Result<()> {
         .unwrap_or_else(|| Strategy::ALL.to_vec());
 
     // 1. Cold gathers of one decode token (16 rows) and a 1792-row batch.
-    let report = {
+    let bench_cfg = BenchConfig {
+        rows: vec![16, 1792],
+        strategies: strategies.clone(),
+        batches: a.batches,
+        cold: ColdMode::Evict,
+        seed: 1,
+        limit: true,
+    };
+    let (mut report, batch_lists) = {
         let bench = Bench::open(&path, None)
             .and_then(|b| b.with_cache_budget(a.budget))
             .with_context(|| path.display().to_string())?;
-        let cfg = BenchConfig {
-            rows: vec![16, 1792],
-            strategies: strategies.clone(),
-            batches: a.batches,
-            cold: ColdMode::Evict,
-            seed: 1,
-            limit: true,
-        };
         let pb = step_progress(0, "cold gathers");
-        let r = bench.run(&cfg, &mut |p| {
+        let r = bench.run(&bench_cfg, &mut |p| {
             pb.set_length(p.total);
             pb.set_position(p.done);
             pb.set_message(p.phase.to_string());
         })?;
         pb.finish_and_clear();
-        r
+        let lists: Vec<(usize, Vec<Vec<u64>>)> = bench_cfg
+            .rows
+            .iter()
+            .map(|&n| (n, bench.row_lists(&bench_cfg, n)))
+            .collect();
+        (r, lists)
     };
 
     // 2. The bundled corpus, cold and warm, through every strategy.
@@ -202,21 +267,23 @@ pub fn run(a: Args) -> Result<()> {
         cold,
         ..ReplayConfig::default()
     };
-    // The floor of the same replay (every strategy's plan is the same), at
-    // the queue depth the bench's sweep chose.
     let open_replayer = || -> Result<Replayer> {
         let model = Arc::new(Model::open(&path)?);
         let table = Layout::of_ple(&model)?;
         Ok(Replayer::new(model, table)?.with_cache(Some(a.budget), None)?)
     };
-    let replay_floor = match &report.floor {
+    // The floors (the replay's, every strategy's plan being the same, and
+    // more of the 16- and 1792-row batches'), at the queue depth the
+    // bench's sweep chose, sampled in rounds between the replays.
+    let mut floors = match &report.floor {
         Some(sweep) => {
-            let replayer = open_replayer()?;
             let floor = Floor::open(&path, &report.table, pleio::sys::page_size(), sweep.best)
                 .context("the device floor")?;
-            let plan = replayer.plan(&tokens, &replay_cfg(Strategy::Fault, true))?;
-            eprintln!("measuring the corpus replay's device floor");
-            Some(replayer.floor(&plan, &floor)?)
+            let plan = open_replayer()?.plan(&tokens, &replay_cfg(Strategy::Fault, true))?;
+            eprintln!("measuring the device floor (in rounds between the replays)");
+            let mut f = FloorRounds::new(floor, &plan, batch_lists);
+            f.round()?;
+            Some(f)
         }
         None => None,
     };
@@ -235,6 +302,9 @@ pub fn run(a: Args) -> Result<()> {
             Ok(r)
         };
         let cold = run(true)?;
+        if let Some(f) = &mut floors {
+            f.round()?;
+        }
         // The cold run evicted the prefill's pages again before its decode
         // steps; one unmeasured pass brings the whole stream in, so the
         // measured warm pass finds it resident.
@@ -248,8 +318,12 @@ pub fn run(a: Args) -> Result<()> {
             cold,
             warm,
         });
+        if let Some(f) = &mut floors {
+            f.round()?;
+        }
     }
     pb.finish_and_clear();
+    let replay_floor = floors.map(|f| f.finish(&mut report));
     if let Some(first) = replays.first() {
         if let Some(r) = replays
             .iter()
@@ -439,9 +513,16 @@ fn print_summary(
         "",
     ]);
     if let Some(sweep) = &report.floor {
+        let n = |rows| arm(report, "limit", rows, true).map_or(0, |a| a.samples);
+        let passes = |f: fn(&ReplayFloor) -> usize| floor.map_or(0, f);
         println!(
-            "limit: the device floor, medians: the same rows' distinct extents read cold with O_DIRECT at queue depth {}",
-            sweep.best
+            "limit: the device floor, medians: the same rows' distinct extents read cold with O_DIRECT at queue depth {}, \
+             sampled over the whole run ({} and {} reads of the 16- and 1792-row batches, {} prefill and {} decode passes)",
+            sweep.best,
+            n(16),
+            n(1792),
+            passes(|f| f.prefill.timing.samples),
+            passes(|f| f.decode.timing.samples),
         );
     }
     if let Some(v) = verdict(replays, report, floor) {
