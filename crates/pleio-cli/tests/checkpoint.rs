@@ -238,11 +238,20 @@ fn replay_bench_and_residency_run_on_a_checkpoint() {
         "--decode",
         "4",
         "--cold",
-        "--no-floor",
         "--json",
     ]))
     .unwrap();
     assert_eq!(j["table"]["type"], "nvfp4");
+    // The floor reads every part of every row from whichever of the three
+    // files holds it.
+    let uring = pleio::io::UringBackend::probe().is_ok();
+    if uring {
+        for r in j["replays"].as_array().unwrap() {
+            let prefill = &r["prefill"];
+            assert!(prefill["floor_tokens_per_s"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(prefill["ratio_to_floor"].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
     assert!(
         j["replays"].as_array().is_some_and(|r| !r.is_empty()),
         "{j}"
@@ -266,7 +275,19 @@ fn replay_bench_and_residency_run_on_a_checkpoint() {
     assert!(arms
         .iter()
         .any(|a| a["strategy"] == "auto" && a["cold"] == true));
-    assert!(arms.iter().all(|a| a["strategy"] != "limit"));
+    // A limit arm over the shards' two parts in three files, and every
+    // cold arm's ratio to it.
+    if uring {
+        let limit = arms
+            .iter()
+            .find(|a| a["strategy"] == "limit")
+            .expect("a limit arm");
+        assert!(limit["median_us"].as_f64().unwrap() > 0.0, "{limit}");
+        assert!(arms
+            .iter()
+            .filter(|a| a["cold"] == true)
+            .all(|a| a["ratio_to_limit"].as_f64().is_some_and(|r| r > 0.0)));
+    }
 
     let j: Value = serde_json::from_str(&ok(&["residency", p(&ck), "--json"])).unwrap();
     let files = j["files"].as_array().unwrap();

@@ -723,7 +723,7 @@ impl Bench {
     /// The device floor of this table, its queue depth chosen by a sweep
     /// ([`Floor::fastest`]).
     pub fn floor(&self, seed: u64) -> Result<(Floor, DepthSweep), BenchError> {
-        Floor::fastest(&self.path, self.reader.layout(), self.page, seed)
+        Floor::fastest(&self.reader, self.page, seed)
             .map_err(|e| BenchError::Config(format!("limit arm (O_DIRECT io_uring): {e}")))
     }
 
@@ -835,9 +835,7 @@ impl Bench {
             strategies.insert(0, Strategy::Fault);
         }
         let cold_on = cfg.cold != ColdMode::None;
-        // The device floor reads one region of one file: a checkpoint
-        // table (shards and parts over files) has no `limit` arm yet.
-        let limit_on = cold_on && cfg.limit && self.reader.layout().single_region().is_some();
+        let limit_on = cold_on && cfg.limit;
         let floor = if limit_on {
             Some(self.floor(cfg.seed)?)
         } else {
@@ -917,11 +915,9 @@ impl Bench {
                         let pages = self.distinct_pages(&rows).len() as u64;
                         // One page alone first (queue depth 1): the floor of
                         // any cold gather, the yardstick for small batches.
-                        let first = extents[0].start / self.page * self.page;
-                        let one_page = vec![Range {
-                            start: first,
-                            end: first + self.page,
-                        }];
+                        let (file, e0) = &extents[0];
+                        let first = e0.start / self.page * self.page;
+                        let one_page = vec![(*file, first..first + self.page)];
                         for _ in 0..floor_reps {
                             let (r, one) = measure(|| floor.read(&one_page));
                             let stats = r.map_err(BenchError::Limit)?;
@@ -1114,7 +1110,7 @@ mod tests {
         assert!(extents.len() < pages.len() / 2);
         let stats = floor.read(&extents).unwrap();
         assert_eq!(stats.requests, extents.len() as u64);
-        let bytes: u64 = extents.iter().map(|e| e.end - e.start).sum();
+        let bytes: u64 = extents.iter().map(|(_, e)| e.end - e.start).sum();
         assert_eq!(stats.bytes, bytes);
         assert!(bytes <= pages.len() as u64 * page);
 

@@ -18,11 +18,11 @@
 //! read on a shared machine must not move the yardstick.
 
 use std::ops::Range;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use pleio::io::{IoError, ReadStats, UringBackend, UringConfig};
-use pleio::layout::Layout;
+use pleio::layout::{Layout, Shard};
+use pleio::Table;
 use rustc_hash::FxHashSet;
 
 use crate::bench::summary;
@@ -108,24 +108,47 @@ pub struct DepthSweep {
     pub grain: Grain,
 }
 
-/// Where a table's rows lie in its file: what the floor needs of a
-/// [`Layout`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a table's rows lie in its files: what the floor needs of a
+/// [`Layout`] (its shards, each of one to three parts in any file).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rows {
-    /// Byte offset of row 0 in the file.
-    pub offset: u64,
-    /// Bytes per row.
-    pub row_bytes: u64,
+    shards: Vec<Shard>,
 }
 
 impl From<&Layout> for Rows {
     fn from(l: &Layout) -> Rows {
         Rows {
-            offset: l.offset(),
-            row_bytes: l.row_bytes(),
+            shards: l.shards().to_vec(),
         }
     }
 }
+
+impl Rows {
+    /// The rows of `shards` (which tile the rows in order, as
+    /// [`Layout::shards`] does).
+    pub fn new(shards: Vec<Shard>) -> Rows {
+        Rows { shards }
+    }
+
+    /// Calls `f(file, start, end)` for each part of `row` (bytes
+    /// `start..end` of file `file`); a row past the last shard has none.
+    fn parts(&self, row: u64, mut f: impl FnMut(usize, u64, u64)) {
+        let i = self.shards.partition_point(|s| s.row_start <= row);
+        let Some(s) = i.checked_sub(1).map(|i| &self.shards[i]) else {
+            return;
+        };
+        let Some(k) = row.checked_sub(s.row_start).filter(|&k| k < s.rows) else {
+            return;
+        };
+        for p in &s.parts {
+            let start = p.offset.saturating_add(k.saturating_mul(p.row_bytes));
+            f(p.file, start, start.saturating_add(p.row_bytes))
+        }
+    }
+}
+
+/// Bytes `range` of file `file` (a [`pleio::layout::ShardPart::file`]).
+pub type FileExtent = (usize, Range<u64>);
 
 /// How extents are cut: rows' bytes are read in whole `block`s (the
 /// `O_DIRECT` alignment), and blocks whose pages (of `page` bytes) touch or
@@ -138,56 +161,59 @@ pub struct Grain {
     pub page: u64,
 }
 
-/// The distinct block indices that `rows` of `t` touch, sorted.
-fn blocks_of(t: &Rows, g: Grain, rows: &[u64]) -> Vec<u64> {
-    let rb = t.row_bytes.max(1);
-    let mut blocks: Vec<u64> = Vec::with_capacity(rows.len() * 2);
+/// The distinct `(file, block index)` pairs that `rows` of `t` touch,
+/// sorted.
+fn blocks_of(t: &Rows, g: Grain, rows: &[u64]) -> Vec<(usize, u64)> {
+    let mut blocks: Vec<(usize, u64)> = Vec::with_capacity(rows.len() * 2);
     for &r in rows {
-        let start = t.offset.saturating_add(r.saturating_mul(rb));
-        let last = start.saturating_add(rb - 1);
-        blocks.extend(start / g.block..=last / g.block);
+        t.parts(r, |file, start, end| {
+            if end > start {
+                blocks.extend((start / g.block..=(end - 1) / g.block).map(|b| (file, b)));
+            }
+        });
     }
     blocks.sort_unstable();
     blocks.dedup();
     blocks
 }
 
-/// Sorted block indices as byte extents: a block joins the extent before
-/// it when its page is that extent's last page or the next one.
-fn merge(blocks: &[u64], g: Grain) -> Vec<Range<u64>> {
-    let mut out: Vec<Range<u64>> = Vec::new();
-    for &b in blocks {
+/// Sorted `(file, block)` pairs as byte extents: a block joins the extent
+/// before it when it is in the same file and its page is that extent's last
+/// page or the next one.
+fn merge(blocks: &[(usize, u64)], g: Grain) -> Vec<FileExtent> {
+    let mut out: Vec<FileExtent> = Vec::new();
+    for &(file, b) in blocks {
         let (start, end) = (b * g.block, (b + 1) * g.block);
         match out.last_mut() {
-            Some(e) if start / g.page <= (e.end - 1) / g.page + 1 => e.end = end,
-            _ => out.push(start..end),
+            Some((f, e)) if *f == file && start / g.page <= (e.end - 1) / g.page + 1 => e.end = end,
+            _ => out.push((file, start..end)),
         }
     }
     out
 }
 
-/// The distinct byte extents `rows` of table `t` occupy, in file order (see
-/// [`Grain`]).
-pub fn row_extents(t: &Rows, g: Grain, rows: &[u64]) -> Vec<Range<u64>> {
+/// The distinct byte extents `rows` of table `t` occupy, in (file, offset)
+/// order (see [`Grain`]).
+pub fn row_extents(t: &Rows, g: Grain, rows: &[u64]) -> Vec<FileExtent> {
     merge(&blocks_of(t, g, rows), g)
 }
 
 /// The extents each step of a phase reads cold when the phase starts with
 /// the table evicted: blocks on a page an earlier step touched are left out,
 /// as the page cache of the strategies that fill it holds that whole page.
-pub fn phase_extents(t: &Rows, g: Grain, steps: &[&[u64]]) -> Vec<Vec<Range<u64>>> {
+pub fn phase_extents(t: &Rows, g: Grain, steps: &[&[u64]]) -> Vec<Vec<FileExtent>> {
     let per_page = g.page / g.block;
     let mut seen_pages = FxHashSet::default();
     steps
         .iter()
         .map(|rows| {
             let blocks = blocks_of(t, g, rows);
-            let cold: Vec<u64> = blocks
+            let cold: Vec<(usize, u64)> = blocks
                 .iter()
                 .copied()
-                .filter(|b| !seen_pages.contains(&(b / per_page)))
+                .filter(|&(f, b)| !seen_pages.contains(&(f, b / per_page)))
                 .collect();
-            seen_pages.extend(blocks.iter().map(|b| b / per_page));
+            seen_pages.extend(blocks.iter().map(|&(f, b)| (f, b / per_page)));
             merge(&cold, g)
         })
         .collect()
@@ -225,43 +251,58 @@ impl PhaseFloor {
 }
 
 /// The device floor of one table: its extents read with `O_DIRECT` at the
-/// chosen queue depth.
+/// chosen queue depth, every file of the table through one ring.
 #[derive(Debug)]
 pub struct Floor {
-    backend: UringBackend,
+    /// One backend per file holding rows; the first one's ring reads them
+    /// all.
+    backends: Vec<UringBackend>,
+    /// The table's shards, their parts' files renumbered as indices of
+    /// `backends`.
     table: Rows,
     grain: Grain,
 }
 
 impl Floor {
-    /// The floor of table `t` of the file at `path` at `queue_depth`, with
-    /// extents of whole `O_DIRECT` blocks ([`UringBackend::alignment`])
-    /// merged across pages of `page_bytes` (see [`Grain`]).
-    pub fn open(
-        path: &Path,
-        t: &Layout,
-        page_bytes: u64,
-        queue_depth: u32,
-    ) -> Result<Floor, IoError> {
-        let backend = UringBackend::open(
-            path,
-            UringConfig {
-                queue_depth,
-                direct: true,
-                ..UringConfig::default()
-            },
-        )?;
+    /// The floor of table `t` at `queue_depth`, with extents of whole
+    /// `O_DIRECT` blocks ([`UringBackend::alignment`], the largest of its
+    /// files') merged across pages of `page_bytes` (see [`Grain`]).
+    pub fn open(t: &Table, page_bytes: u64, queue_depth: u32) -> Result<Floor, IoError> {
+        let layout = t.layout();
+        let mut files: Vec<usize> = layout.regions().map(|r| r.file).collect();
+        files.sort_unstable();
+        files.dedup();
+        let cfg = UringConfig {
+            queue_depth,
+            direct: true,
+            ..UringConfig::default()
+        };
+        let backends = files
+            .iter()
+            .map(|&f| UringBackend::open(t.file_path(f), cfg))
+            .collect::<Result<Vec<_>, _>>()?;
+        if backends.is_empty() {
+            return Err(IoError::DirectUnsupported {
+                path: t.path().to_path_buf(),
+                reason: "the table has no rows in any file".into(),
+            });
+        }
         let page = page_bytes.max(1);
-        let block = (backend.alignment() as u64).clamp(1, page);
+        let align = backends.iter().map(|b| b.alignment()).max().unwrap_or(1);
+        let block = (align as u64).clamp(1, page);
         if !page.is_multiple_of(block) {
             return Err(IoError::DirectUnsupported {
-                path: path.to_path_buf(),
+                path: t.path().to_path_buf(),
                 reason: format!("O_DIRECT alignment {block} does not divide the page size {page}"),
             });
         }
+        let mut shards = layout.shards().to_vec();
+        for part in shards.iter_mut().flat_map(|s| s.parts.iter_mut()) {
+            part.file = files.binary_search(&part.file).unwrap_or(0);
+        }
         Ok(Floor {
-            backend,
-            table: Rows::from(t),
+            backends,
+            table: Rows::new(shards),
             grain: Grain { block, page },
         })
     }
@@ -270,23 +311,10 @@ impl Floor {
     /// random rows each, fresh rows for every read, the depths' order
     /// rotated each round) and opens the floor at the depth with the lowest
     /// median batch time.
-    pub fn fastest(
-        path: &Path,
-        t: &Layout,
-        page_bytes: u64,
-        seed: u64,
-    ) -> Result<(Floor, DepthSweep), IoError> {
-        if t.single_region().is_none() {
-            return Err(IoError::DirectUnsupported {
-                path: path.to_path_buf(),
-                reason: "the device floor reads tables of one region of one file (GGUF); \
-                         a checkpoint table's shards and parts are not measured yet"
-                    .into(),
-            });
-        }
+    pub fn fastest(t: &Table, page_bytes: u64, seed: u64) -> Result<(Floor, DepthSweep), IoError> {
         let floors = QUEUE_DEPTHS
             .iter()
-            .map(|&qd| Floor::open(path, t, page_bytes, qd))
+            .map(|&qd| Floor::open(t, page_bytes, qd))
             .collect::<Result<Vec<_>, _>>()?;
         let rows = SWEEP_ROWS.min(usize::try_from(t.rows()).unwrap_or(usize::MAX).max(1));
         let mut rng = Rng::new(seed ^ 0xf100_4f1e);
@@ -331,7 +359,7 @@ impl Floor {
 
     /// The queue depth reads use.
     pub fn queue_depth(&self) -> u32 {
-        self.backend.config().queue_depth
+        self.backends[0].config().queue_depth
     }
 
     /// How extents are cut.
@@ -339,14 +367,16 @@ impl Floor {
         self.grain
     }
 
-    /// The distinct extents of `rows` ([`row_extents`]).
-    pub fn extents(&self, rows: &[u64]) -> Vec<Range<u64>> {
+    /// The distinct extents of `rows` ([`row_extents`]; files numbered in
+    /// the order of the table's files that hold rows).
+    pub fn extents(&self, rows: &[u64]) -> Vec<FileExtent> {
         row_extents(&self.table, self.grain, rows)
     }
 
-    /// Reads `extents` (from [`Floor::extents`]), one request each.
-    pub fn read(&self, extents: &[Range<u64>]) -> Result<ReadStats, IoError> {
-        self.backend.read_extents(extents)
+    /// Reads `extents` (from [`Floor::extents`]), one request each, all in
+    /// flight together whatever file they are in.
+    pub fn read(&self, extents: &[FileExtent]) -> Result<ReadStats, IoError> {
+        self.backends[0].read_extents_of(&self.backends, extents)
     }
 
     /// Times `reps` reads of each batch's extents, microseconds per read.
@@ -430,7 +460,7 @@ impl Floor {
 /// Timed passes over one replay phase's cold extents ([`Floor::pass`]).
 #[derive(Debug, Clone)]
 pub struct PhaseSamples {
-    extents: Vec<Vec<Range<u64>>>,
+    extents: Vec<Vec<FileExtent>>,
     /// Per step, its time in every pass.
     step_us: Vec<Vec<f64>>,
     /// Whole passes.
@@ -473,9 +503,38 @@ impl PhaseSamples {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pleio::layout::ShardPart;
+
+    fn part(file: usize, offset: u64, row_bytes: u64) -> ShardPart {
+        ShardPart {
+            tensor: "t".into(),
+            file,
+            offset,
+            row_bytes,
+        }
+    }
 
     fn table(offset: u64, row_bytes: u64) -> Rows {
-        Rows { offset, row_bytes }
+        Rows::new(vec![Shard {
+            index: 0,
+            row_start: 0,
+            rows: 1 << 40,
+            parts: vec![part(0, offset, row_bytes)],
+        }])
+    }
+
+    /// The ranges of extents all in file 0.
+    fn ranges(v: Vec<FileExtent>) -> Vec<Range<u64>> {
+        v.into_iter()
+            .map(|(f, r)| {
+                assert_eq!(f, 0);
+                r
+            })
+            .collect()
+    }
+
+    fn phase_ranges(v: Vec<Vec<FileExtent>>) -> Vec<Vec<Range<u64>>> {
+        v.into_iter().map(ranges).collect()
     }
 
     const PAGES: Grain = Grain {
@@ -496,33 +555,39 @@ mod tests {
         // pages 2..=4: contiguous with row 0, one extent. Row 10: bytes
         // 78016..85408, pages 19..=20. Row 12: 92800..100192, pages 22..=24.
         assert_eq!(
-            row_extents(&t, PAGES, &[10, 1, 0, 12, 0]),
+            ranges(row_extents(&t, PAGES, &[10, 1, 0, 12, 0])),
             vec![p(1, 5), p(19, 21), p(22, 25)]
         );
         // Rows 11 (85408..92800, pages 20..=22) joins 10 and 12.
-        assert_eq!(row_extents(&t, PAGES, &[10, 11, 12]), vec![p(19, 25)]);
-        assert!(row_extents(&t, PAGES, &[]).is_empty());
+        assert_eq!(
+            ranges(row_extents(&t, PAGES, &[10, 11, 12])),
+            vec![p(19, 25)]
+        );
+        assert!(ranges(row_extents(&t, PAGES, &[])).is_empty());
         // In 512-byte blocks, the same extents trimmed to the blocks the
         // end rows need: rows 0 and 1 are blocks 8..=36, row 10 152..=166,
         // row 12 181..=195.
         let b = |a: u64, z: u64| a * 512..z * 512;
         assert_eq!(
-            row_extents(&t, BLOCKS, &[10, 1, 0, 12]),
+            ranges(row_extents(&t, BLOCKS, &[10, 1, 0, 12])),
             vec![b(8, 37), b(152, 167), b(181, 196)]
         );
         // Small rows: one page's rows are one extent from the first row's
         // block to the last row's; the next page's rows join it.
         let q = table(0, 90);
-        assert_eq!(row_extents(&q, PAGES, &[0, 3, 40]), vec![p(0, 1)]);
-        assert_eq!(row_extents(&q, PAGES, &[0, 46]), vec![p(0, 2)]);
+        assert_eq!(ranges(row_extents(&q, PAGES, &[0, 3, 40])), vec![p(0, 1)]);
+        assert_eq!(ranges(row_extents(&q, PAGES, &[0, 46])), vec![p(0, 2)]);
         // Rows 3 (270..360) and 40 (3600..3690): blocks 0 and 7, one page.
-        assert_eq!(row_extents(&q, BLOCKS, &[40, 3]), vec![b(0, 8)]);
+        assert_eq!(ranges(row_extents(&q, BLOCKS, &[40, 3])), vec![b(0, 8)]);
         // Row 46 (4140..4230) is block 8: page 1 follows page 0.
-        assert_eq!(row_extents(&q, BLOCKS, &[3, 46]), vec![b(0, 9)]);
+        assert_eq!(ranges(row_extents(&q, BLOCKS, &[3, 46])), vec![b(0, 9)]);
         // Row 100 (9000..9090), block 17, page 2: joins page 1's row 46.
-        assert_eq!(row_extents(&q, BLOCKS, &[46, 100]), vec![b(8, 18)]);
+        assert_eq!(ranges(row_extents(&q, BLOCKS, &[46, 100])), vec![b(8, 18)]);
         // Row 300 (27000..27090), page 6: apart.
-        assert_eq!(row_extents(&q, BLOCKS, &[3, 300]), vec![b(0, 1), b(52, 53)]);
+        assert_eq!(
+            ranges(row_extents(&q, BLOCKS, &[3, 300])),
+            vec![b(0, 1), b(52, 53)]
+        );
     }
 
     #[test]
@@ -532,21 +597,59 @@ mod tests {
         let steps: [&[u64]; 3] = [&[0, 10], &[1, 10], &[0]];
         // Step 1: row 1's pages 2..=4 minus page 2 (row 0's); row 10 known.
         assert_eq!(
-            phase_extents(&t, PAGES, &steps),
+            phase_ranges(phase_extents(&t, PAGES, &steps)),
             vec![vec![p(1, 3), p(19, 21)], vec![p(3, 5)], vec![]]
         );
         // In blocks: row 1's blocks on page 2 are left out with the page.
         let b = |a: u64, z: u64| a * 512..z * 512;
         assert_eq!(
-            phase_extents(&t, BLOCKS, &steps[..2]),
+            phase_ranges(phase_extents(&t, BLOCKS, &steps[..2])),
             vec![vec![b(8, 23), b(152, 167)], vec![b(24, 37)]]
         );
         // Small rows: row 40 shares page 0 with row 3, read before.
         let q = table(0, 90);
         let steps: [&[u64]; 3] = [&[3], &[40, 46], &[3, 40]];
         assert_eq!(
-            phase_extents(&q, BLOCKS, &steps),
+            phase_ranges(phase_extents(&q, BLOCKS, &steps)),
             vec![vec![b(0, 1)], vec![b(8, 9)], vec![]]
+        );
+    }
+
+    #[test]
+    fn extents_of_shards_in_several_files_stay_apart() {
+        // Two shards of 100 rows, three parts each (MLX 4-bit: weights 80 B,
+        // scales 10 B, biases 10 B per row); shard 0 in file 0 (weights at
+        // 4096, scales at 20480, biases at 24576), shard 1 in file 1 at the
+        // same offsets, so equal offsets in two files must not merge.
+        let shard = |index: usize, file: usize| Shard {
+            index,
+            row_start: index as u64 * 100,
+            rows: 100,
+            parts: vec![
+                part(file, 4096, 80),
+                part(file, 20480, 10),
+                part(file, 24576, 10),
+            ],
+        };
+        let t = Rows::new(vec![shard(0, 0), shard(1, 1)]);
+        let b = |f: usize, a: u64, z: u64| (f, a * 512..z * 512);
+        // Row 0: weights block 8, scales block 40, biases block 48; row
+        // 100 the same blocks of file 1. Scales and biases are pages 5 and
+        // 6, contiguous: one extent.
+        assert_eq!(
+            row_extents(&t, BLOCKS, &[100, 0]),
+            vec![b(0, 8, 9), b(0, 40, 49), b(1, 8, 9), b(1, 40, 49)]
+        );
+        // Past the last shard: nothing.
+        assert!(row_extents(&t, BLOCKS, &[200]).is_empty());
+        // A page read in file 0 is not read in file 1.
+        let steps: [&[u64]; 2] = [&[0], &[1, 101]];
+        assert_eq!(
+            phase_extents(&t, BLOCKS, &steps),
+            vec![
+                vec![b(0, 8, 9), b(0, 40, 49)],
+                vec![b(1, 8, 9), b(1, 40, 49)]
+            ]
         );
     }
 }

@@ -373,6 +373,23 @@ fn direct_extent_reads_for_the_device_floor() {
     let extents: Vec<_> = (0..10).map(|i| mib(4 * i)..mib(4 * i + 4)).collect();
     let stats = b.read_extents(&extents).unwrap();
     assert_eq!((stats.requests, stats.bytes), (40, mib(40)));
+
+    // Several files through one ring: one request per extent, each file's
+    // length its own (the 48 MiB file's page 2000 exists, the small
+    // file's does not), and a file index past the list is an error.
+    let small_file = UringBackend::open(&path, cfg).unwrap();
+    let files = [small_file, b];
+    let extents = vec![(0, page(3, 2)), (1, page(2000, 4)), (0, page(last, 1))];
+    let stats = files[0].read_extents_of(&files, &extents).unwrap();
+    assert_eq!(stats.requests, 3);
+    assert_eq!(stats.bytes, (2 + 4 + 1) * 4096);
+    match files[1].read_extents_of(&files, &[(0, page(2000, 1))]) {
+        Err(IoError::UnexpectedEof { .. }) => {}
+        other => panic!("page 2000 of the small file gave {other:?}"),
+    }
+    assert!(files[0]
+        .read_extents_of(&files, &[(2, page(0, 1))])
+        .is_err());
 }
 
 #[test]

@@ -35,8 +35,9 @@ macro_rules! outln {
 /// (exit status 2). The table goes to stdout, progress to stderr.
 ///
 /// A safetensors checkpoint (directory, index, one file, ple-store.json)
-/// is benched the same way, every file of its table evicted; it has no
-/// `limit` arm yet (the floor reads one region of one file).
+/// is benched the same way, every file of its table evicted; its `limit`
+/// arm reads every part of every row from whichever file holds it, all
+/// files' requests in flight together.
 #[derive(clap::Args)]
 pub struct Args {
     /// A GGUF file (e.g. from `pleio synth`), or a safetensors checkpoint
@@ -123,14 +124,6 @@ pub fn run(a: Args) -> Result<()> {
         Bench::open(&a.file, a.tensor.as_deref()).with_context(|| a.file.display().to_string())?;
     if let Some(b) = a.budget {
         bench = bench.with_cache_budget(b)?;
-    }
-    if bench.reader().layout().single_region().is_none() && !a.no_limit {
-        eprintln!(
-            "pleio: no limit arm: the device floor reads one region of one file; this table \
-             has {} shards of {} part(s)",
-            bench.reader().layout().shards().len(),
-            bench.reader().layout().parts()
-        );
     }
     let cfg = BenchConfig {
         rows: a.rows.clone(),

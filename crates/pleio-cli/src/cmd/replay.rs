@@ -172,7 +172,7 @@ fn setup(a: &Args) -> Result<(Replayer, Vec<u32>, ReplayConfig)> {
 /// `None` (with a warning) where `O_DIRECT` io_uring reads cannot be made.
 fn measure_floor(r: &Replayer, plan: &ReplayPlan, seed: u64) -> Option<(DepthSweep, ReplayFloor)> {
     let t = r.reader();
-    let measured = Floor::fastest(t.path(), t.layout(), pleio::sys::page_size(), seed)
+    let measured = Floor::fastest(t, pleio::sys::page_size(), seed)
         .map_err(anyhow::Error::from)
         .and_then(|(floor, sweep)| Ok((sweep, r.floor(plan, &floor)?)));
     match measured {

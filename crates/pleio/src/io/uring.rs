@@ -166,63 +166,100 @@ impl UringBackend {
     ///
     /// [`alignment`]: UringBackend::alignment
     pub fn read_extents(&self, extents: &[Range<u64>]) -> Result<ReadStats, IoError> {
-        let a = self.align as u64;
-        if let Some(bad) = extents.iter().find(|e| {
-            !e.start.is_multiple_of(a) || !(e.end.saturating_sub(e.start)).is_multiple_of(a)
-        }) {
-            return Err(IoError::DirectUnsupported {
+        let of_self: Vec<(usize, Range<u64>)> = extents.iter().map(|e| (0, e.clone())).collect();
+        self.read_extents_of(std::slice::from_ref(self), &of_self)
+    }
+
+    /// [`read_extents`](UringBackend::read_extents) over several files at
+    /// once: each `(k, extent)` names bytes of `files[k]`, and every request
+    /// goes through this backend's ring, up to its queue depth in flight
+    /// whatever file it reads (a table split over many files is read as
+    /// one batch, not file after file). Each extent must be aligned to its
+    /// own file's [`alignment`](UringBackend::alignment); a `k` past
+    /// `files` is an error.
+    pub fn read_extents_of(
+        &self,
+        files: &[UringBackend],
+        extents: &[(usize, Range<u64>)],
+    ) -> Result<ReadStats, IoError> {
+        let mut lens = vec![None; files.len()];
+        // (file, file offset, bytes, bytes that must arrive) of every request.
+        let mut pieces: Vec<(usize, u64, usize, usize)> = Vec::with_capacity(extents.len());
+        for (k, e) in extents.iter().filter(|(_, e)| e.end > e.start) {
+            let f = files.get(*k).ok_or_else(|| IoError::DirectUnsupported {
                 path: self.path.clone(),
                 reason: format!(
-                    "extent {}..{} is not aligned to the O_DIRECT alignment {a}",
-                    bad.start, bad.end
+                    "extent {}..{} names file {k} of {}",
+                    e.start,
+                    e.end,
+                    files.len()
                 ),
-            });
-        }
-        let file_len = self.file_len()?;
-        let max = (self.cfg.max_read_bytes.clamp(1, MAX_READ) / self.align).max(1) * self.align;
-        // (file offset, bytes, bytes that must arrive) of every request.
-        let mut pieces: Vec<(u64, usize, usize)> = Vec::with_capacity(extents.len());
-        for e in extents.iter().filter(|e| e.end > e.start) {
+            })?;
+            let a = f.align as u64;
+            if !e.start.is_multiple_of(a) || !(e.end - e.start).is_multiple_of(a) {
+                return Err(IoError::DirectUnsupported {
+                    path: f.path.clone(),
+                    reason: format!(
+                        "extent {}..{} is not aligned to the O_DIRECT alignment {a}",
+                        e.start, e.end
+                    ),
+                });
+            }
+            let file_len = match lens[*k] {
+                Some(n) => n,
+                None => *lens[*k].insert(f.file_len()?),
+            };
             if e.start >= file_len {
                 return Err(IoError::UnexpectedEof {
                     offset: file_len,
                     end: e.end,
                 });
             }
+            let max = (f.cfg.max_read_bytes.clamp(1, MAX_READ) / f.align).max(1) * f.align;
             let mut offset = e.start;
             while offset < e.end.min(file_len) {
                 let n = (e.end - offset).min(max as u64) as usize;
                 let want = (file_len - offset).min(n as u64) as usize;
-                pieces.push((offset, n, want));
+                pieces.push((*k, offset, n, want));
                 offset += n as u64;
             }
         }
+        let align = files
+            .iter()
+            .map(|f| f.align)
+            .max()
+            .unwrap_or(1)
+            .max(self.align);
         let mut state = self.lock();
         let State { ring, scratch } = &mut *state;
         let mut stats = ReadStats::default();
         let mut rest = &pieces[..];
         while !rest.is_empty() {
             // At least one piece, then as many as fit in EXTENT_CHUNK.
-            let mut bytes = rest[0].1;
+            let mut bytes = rest[0].2;
             let mut take = 1;
-            while take < rest.len() && bytes + rest[take].1 <= EXTENT_CHUNK {
-                bytes += rest[take].1;
+            while take < rest.len() && bytes + rest[take].2 <= EXTENT_CHUNK {
+                bytes += rest[take].2;
                 take += 1;
             }
             let (chunk, tail) = rest.split_at(take);
             rest = tail;
-            let mut buf = scratch.get(bytes, self.align.max(4096));
+            let mut buf = scratch.get(bytes, align.max(4096));
             let mut ops = Vec::with_capacity(chunk.len());
-            for &(offset, n, want) in chunk {
+            for &(k, offset, n, want) in chunk {
                 let (head, tail) = std::mem::take(&mut buf).split_at_mut(n);
                 buf = tail;
                 ops.push(Op {
+                    fd: files[k].file.as_raw_fd(),
                     offset,
                     buf: head,
                     want,
                 });
             }
-            let r = self.run(ring, &mut ops, self.align);
+            let r = run_ops(ring, &mut ops, self.queue_depth(), align).map_err(|e| match files {
+                [f] => super::with_file_end(&f.file, e),
+                _ => e,
+            });
             drop(ops);
             match r {
                 Ok(s) => stats.add(s),
@@ -280,7 +317,14 @@ impl UringBackend {
         for e in extents {
             let (buf, tail) = std::mem::take(&mut rest).split_at_mut(e.len);
             rest = tail;
-            push_reads(&mut ops, buf, e.offset, e.offset + e.want as u64, max);
+            push_reads(
+                &mut ops,
+                self.file.as_raw_fd(),
+                buf,
+                e.offset,
+                e.offset + e.want as u64,
+                max,
+            );
         }
         let mut state = self.lock();
         self.run(&mut state.ring, &mut ops, a)
@@ -305,7 +349,7 @@ impl UringBackend {
         ops: &mut [Op<'_>],
         align: usize,
     ) -> Result<ReadStats, IoError> {
-        run_ops(ring, self.file.as_raw_fd(), ops, self.queue_depth(), align)
+        run_ops(ring, ops, self.queue_depth(), align)
             .map_err(|e| super::with_file_end(&self.file, e))
     }
 
@@ -324,6 +368,7 @@ impl UringBackend {
         let mut ops: Vec<Op<'_>> = pieces(plan, staging, max)
             .into_iter()
             .map(|(offset, buf)| Op {
+                fd: self.file.as_raw_fd(),
                 offset,
                 want: buf.len(),
                 buf,
@@ -368,7 +413,14 @@ impl UringBackend {
         for &(start, end, need_end) in &ranges {
             let (range_buf, tail) = std::mem::take(&mut rest).split_at_mut((end - start) as usize);
             rest = tail;
-            push_reads(&mut ops, range_buf, start, need_end, max);
+            push_reads(
+                &mut ops,
+                self.file.as_raw_fd(),
+                range_buf,
+                start,
+                need_end,
+                max,
+            );
         }
         let result = self.run(ring, &mut ops, self.align);
         drop(ops);
@@ -513,20 +565,23 @@ impl AlignedBuf {
     }
 }
 
-/// One read: fill `buf` from the file at `offset`; at least `want` bytes
+/// One read: fill `buf` from file `fd` at `offset`; at least `want` bytes
 /// must arrive (the rest is `O_DIRECT` slack that may lie past the end of
 /// the file).
 struct Op<'a> {
+    /// The file read.
+    fd: RawFd,
     offset: u64,
     buf: &'a mut [u8],
     want: usize,
 }
 
-/// Appends the reads of `buf` (the file's bytes from `offset`) to `ops`,
+/// Appends the reads of `buf` (file `fd`'s bytes from `offset`) to `ops`,
 /// each at most `max` bytes; of each, the bytes before `need_end` must
 /// arrive.
 fn push_reads<'a>(
     ops: &mut Vec<Op<'a>>,
+    fd: RawFd,
     mut buf: &'a mut [u8],
     mut offset: u64,
     need_end: u64,
@@ -537,6 +592,7 @@ fn push_reads<'a>(
         let (head, tail) = std::mem::take(&mut buf).split_at_mut(n);
         let want = need_end.saturating_sub(offset).min(n as u64) as usize;
         ops.push(Op {
+            fd,
             offset,
             buf: head,
             want,
@@ -557,7 +613,6 @@ fn push_reads<'a>(
 /// flight (see [`Drain`]).
 fn run_ops(
     ring: &mut IoUring,
-    fd: RawFd,
     ops: &mut [Op<'_>],
     queue_depth: usize,
     align: usize,
@@ -594,11 +649,14 @@ fn run_ops(
                 let (ptr, len) = dst[i];
                 let remaining = len - done[i];
                 // `remaining <= MAX_READ` (ops are cut to it), so it fits u32.
-                let entry =
-                    opcode::Read::new(types::Fd(fd), ptr.wrapping_add(done[i]), remaining as u32)
-                        .offset(ops[i].offset + done[i] as u64)
-                        .build()
-                        .user_data(i as u64);
+                let entry = opcode::Read::new(
+                    types::Fd(ops[i].fd),
+                    ptr.wrapping_add(done[i]),
+                    remaining as u32,
+                )
+                .offset(ops[i].offset + done[i] as u64)
+                .build()
+                .user_data(i as u64);
                 // SAFETY: the entry points at `remaining` bytes inside
                 // `ops[i].buf`, exclusively borrowed for this whole call and
                 // not accessed until its completion; `Drain` guarantees we do

@@ -89,6 +89,15 @@ impl UringBackend {
     pub fn read_extents(&self, _extents: &[std::ops::Range<u64>]) -> Result<ReadStats, IoError> {
         match *self {}
     }
+
+    /// Never called (no value exists).
+    pub fn read_extents_of(
+        &self,
+        _files: &[UringBackend],
+        _extents: &[(usize, std::ops::Range<u64>)],
+    ) -> Result<ReadStats, IoError> {
+        match *self {}
+    }
 }
 
 impl ReadBackend for UringBackend {
