@@ -98,3 +98,55 @@ fn demo_runs_on_a_small_table_and_reports_every_strategy() {
     let prefill_floor = floor_line.split_whitespace().nth(1).unwrap();
     assert!(prefill_floor.parse::<f64>().unwrap() > 0.0, "{floor_line}");
 }
+
+#[test]
+fn demo_runs_on_a_checkpoint() {
+    // MLX 4-bit: three parts a row (words, scales, biases), four files.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let json = dir.path().join("demo.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_pleio"))
+        .args(["demo", "--format", "safetensors", "--encoding", "mlx4"])
+        .args(["--size", "16M", "--batches", "2", "--tokens", "512"])
+        .args([
+            "--decode",
+            "4",
+            "--strategies",
+            "fault,advise,auto,uring-direct",
+        ])
+        .args(["--clean", "--dir"])
+        .arg(dir.path())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("still resident") {
+        eprintln!("skipped: this file system cannot evict: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for name in ["fault", "advise", "auto", "uring-direct", "limit"] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(name)),
+            "no {name} row:\n{stdout}"
+        );
+    }
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(j["table"]["type"], "mlx4");
+    let replays = j["replays"].as_array().unwrap();
+    assert_eq!(replays.len(), 2 * 4, "cold and warm per strategy");
+    let sums: std::collections::HashSet<_> =
+        replays.iter().map(|r| r["checksum"].clone()).collect();
+    assert_eq!(sums.len(), 1, "{sums:?}");
+    assert!(j["replay_floor"]["prefill_tokens_per_s"].as_f64().unwrap() > 0.0);
+    // --clean removed the checkpoint directory.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        !left.iter().any(|f| f.starts_with("demo-qwen4exp")),
+        "{left:?}"
+    );
+}

@@ -1,6 +1,7 @@
 //! `pleio demo`: the problem and the fix on this machine, in one command.
 //!
-//! Makes (once) a qwen4exp-shaped IQ4_NL table in the cache directory,
+//! Makes (once) a qwen4exp-shaped IQ4_NL table (or, with `--format
+//! safetensors`, a checkpoint directory) in the cache directory,
 //! measures cold 16- and 1792-row gathers of every strategy against the
 //! device floor, replays the bundled corpus through each strategy cold and
 //! warm against the floor of the same replay, and ends with one table, two
@@ -9,13 +10,10 @@
 
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use pleio::fetch::Strategy;
-use pleio::layout::Layout;
-use pleio::model::Model;
 use pleio::ngram::released::QWEN_ROW_ELEMS;
 use pleio::quant::GgmlType;
 use pleio::tokenizer::QwenTokenizer;
@@ -23,9 +21,11 @@ use pleio_lab::bench::{Arm, Bench, BenchConfig, ColdMode, Report};
 use pleio_lab::floor::{Floor, PhaseSamples};
 use pleio_lab::replay::{ReplayConfig, ReplayFloor, ReplayPlan, ReplayReport, Replayer};
 use pleio_lab::synth::SynthSpec;
+use pleio_lab::synth_ckpt::{write_checkpoint, CkptEncoding, CkptSpec};
 use serde_json::{json, Value as Json};
 
 use super::rows::corpus_tokens;
+use super::synth::FormatArg;
 use crate::outfile::{self, write_file, OutFile, Replace};
 use crate::output::{byte_progress, human_bytes, step_progress};
 use crate::plot;
@@ -36,15 +36,24 @@ use crate::report;
 /// (`limit`), then the bundled corpus replayed cold and warm (prefill
 /// ubatches of 512 tokens and single-token decode steps).
 ///
-/// The table (a qwen4exp-shaped IQ4_NL file, 4 GiB by default) is written
-/// once into the cache directory and reused; cold runs evict only its byte
-/// range from the page cache.
+/// The table (a qwen4exp-shaped IQ4_NL file, 4 GiB by default; with
+/// `--format safetensors` a qwen4exp checkpoint directory of four files in
+/// `--encoding`) is written once into the cache directory and reused; cold
+/// runs evict only its byte ranges from the page cache.
 #[derive(clap::Args)]
 pub struct Args {
     /// Table size (suffixes k, M, G, T are powers of 1024; 1.5G works). Larger than the free
     /// page cache shows the "table larger than RAM" case.
     #[arg(long, default_value = "4G", value_parser = pleio_lab::units::parse_quantity_arg)]
     size: u64,
+    /// The table's format: a GGUF file (IQ4_NL) or a safetensors
+    /// checkpoint directory (four files, 128 shards, `--encoding`).
+    #[arg(long, value_enum, default_value = "gguf")]
+    format: FormatArg,
+    /// Checkpoint row encoding (`--format safetensors`): fp8 (one BF16
+    /// table scale), fp8-row, bf16, nvfp4, mlx4.
+    #[arg(long, default_value = "fp8")]
+    encoding: String,
     /// Where the table and charts live (default: $XDG_CACHE_HOME/pleio or
     /// ~/.cache/pleio).
     #[arg(long)]
@@ -77,12 +86,125 @@ pub struct Args {
     json: Option<PathBuf>,
 }
 
-/// Rows of IQ4_NL that fill `size` bytes.
-fn rows_for(size: u64) -> u64 {
-    let row_bytes = GgmlType::IQ4_NL
-        .row_bytes(QWEN_ROW_ELEMS)
-        .expect("160 is whole IQ4_NL blocks");
-    (size / row_bytes).max(1024)
+/// The demo's table: where it is, how many rows, and how to make it.
+struct DemoTable {
+    path: PathBuf,
+    rows: u64,
+    /// `None`: the GGUF IQ4_NL file.
+    encoding: Option<CkptEncoding>,
+}
+
+/// Files of a demo checkpoint.
+const DEMO_FILES: usize = 4;
+
+impl DemoTable {
+    /// The table of `size` bytes in `dir` for `a`'s format and encoding.
+    fn of(a: &Args, dir: &Path) -> Result<DemoTable> {
+        let encoding = match a.format {
+            FormatArg::Gguf => None,
+            FormatArg::Safetensors => {
+                Some(CkptEncoding::from_name(&a.encoding).with_context(|| {
+                    format!(
+                        "unknown --encoding {:?} (fp8, fp8-row, bf16, nvfp4, mlx4)",
+                        a.encoding
+                    )
+                })?)
+            }
+        };
+        let row_bytes = match encoding {
+            Some(e) => e.row_bytes(),
+            None => GgmlType::IQ4_NL
+                .row_bytes(QWEN_ROW_ELEMS)
+                .expect("160 is whole IQ4_NL blocks"),
+        };
+        let mut rows = (a.size / row_bytes).max(1024);
+        if let Some(e) = encoding {
+            // Whole shards: the rows the checkpoint writer will write.
+            rows = CkptSpec::new(e, rows, DEMO_FILES, 0).layout()?.rows;
+        }
+        let path = match encoding {
+            Some(e) => dir.join(format!("demo-qwen4exp-{}-{rows}", e.name())),
+            None => dir.join(format!("demo-qwen4exp-IQ4_NL-{rows}.gguf")),
+        };
+        Ok(DemoTable {
+            path,
+            rows,
+            encoding,
+        })
+    }
+
+    /// Whether the table at `path` is there with the expected geometry.
+    fn is_current(&self) -> bool {
+        let want = match self.encoding {
+            Some(e) => pleio::layout::RowFormat::Encoded(e.encoding()),
+            None => pleio::layout::RowFormat::Ggml(GgmlType::IQ4_NL),
+        };
+        pleio::Table::open(&self.path).is_ok_and(|t| t.rows() == self.rows && t.ty() == want)
+    }
+
+    /// Reuses the cached table if it has the expected geometry, else
+    /// writes it.
+    fn ensure(&self) -> Result<()> {
+        if self.is_current() {
+            eprintln!("using cached table {}", self.path.display());
+            return Ok(());
+        }
+        match self.encoding {
+            None => ensure_table(&self.path, self.rows),
+            Some(e) => self.write_checkpoint(e),
+        }
+    }
+
+    fn write_checkpoint(&self, e: CkptEncoding) -> Result<()> {
+        if self.path.exists() {
+            bail!(
+                "{} exists but is not a {} checkpoint of {} rows: remove it, or pass another --dir",
+                self.path.display(),
+                e.name(),
+                self.rows
+            );
+        }
+        let spec = CkptSpec::new(e, self.rows, DEMO_FILES, 0);
+        let bytes = self.rows.saturating_mul(e.row_bytes());
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        check_free(dir, bytes)?;
+        eprintln!(
+            "writing the demo checkpoint {} ({}, once; later runs reuse it)",
+            self.path.display(),
+            human_bytes(bytes)
+        );
+        let bar = byte_progress(bytes, "synth");
+        write_checkpoint(&spec, &self.path, &mut |d| bar.set_position(d))
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        bar.finish_and_clear();
+        Ok(())
+    }
+
+    /// Deletes the table (`--clean`).
+    fn remove(&self) -> Result<()> {
+        let r = if self.encoding.is_some() {
+            std::fs::remove_dir_all(&self.path)
+        } else {
+            std::fs::remove_file(&self.path)
+        };
+        r.with_context(|| format!("removing {}", self.path.display()))
+    }
+}
+
+/// Refuses to write `bytes` into `dir` when its file system has less free.
+fn check_free(dir: &Path, bytes: u64) -> Result<()> {
+    if let Some(free) = pleio::sys::free_bytes(dir) {
+        if free < bytes.saturating_add(64 << 20) {
+            bail!(
+                "the demo table needs {} in {} but only {} is free: pass a smaller --size or another --dir",
+                human_bytes(bytes),
+                dir.display(),
+                human_bytes(free)
+            );
+        }
+    }
+    Ok(())
 }
 
 fn cache_dir(dir: Option<PathBuf>) -> Result<PathBuf> {
@@ -98,30 +220,13 @@ fn cache_dir(dir: Option<PathBuf>) -> Result<PathBuf> {
     }
 }
 
-/// Reuses the cached table if it has the expected geometry, else writes it.
+/// Writes the GGUF demo table of `rows` IQ4_NL rows at `path`.
 fn ensure_table(path: &Path, rows: u64) -> Result<()> {
-    if let Ok(model) = Model::open(path) {
-        if let Ok(t) = Layout::of_ple(&model) {
-            if t.rows() == rows && t.ty() == pleio::layout::RowFormat::Ggml(GgmlType::IQ4_NL) {
-                eprintln!("using cached table {}", path.display());
-                return Ok(());
-            }
-        }
-    }
     let spec = SynthSpec::qwen(GgmlType::IQ4_NL, rows, 0);
     let bytes = spec.table_bytes()?;
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    if let Some(free) = pleio::sys::free_bytes(dir) {
-        if free < bytes.saturating_add(64 << 20) {
-            bail!(
-                "the demo table needs {} in {} but only {} is free: pass a smaller --size or another --dir",
-                human_bytes(bytes),
-                dir.display(),
-                human_bytes(free)
-            );
-        }
-    }
+    check_free(dir, bytes)?;
     eprintln!(
         "writing the demo table {} ({}, once; later runs reuse it)",
         path.display(),
@@ -218,9 +323,9 @@ pub fn run(a: Args) -> Result<()> {
         outfile::check(out, Replace::Always)?;
     }
     let dir = cache_dir(a.dir.clone())?;
-    let rows = rows_for(a.size);
-    let path = dir.join(format!("demo-qwen4exp-IQ4_NL-{rows}.gguf"));
-    ensure_table(&path, rows)?;
+    let table = DemoTable::of(&a, &dir)?;
+    table.ensure()?;
+    let path = table.path.clone();
     let strategies = a
         .strategies
         .clone()
@@ -267,11 +372,8 @@ pub fn run(a: Args) -> Result<()> {
         cold,
         ..ReplayConfig::default()
     };
-    let open_replayer = || -> Result<Replayer> {
-        let model = Arc::new(Model::open(&path)?);
-        let table = Layout::of_ple(&model)?;
-        Ok(Replayer::new(model, table)?.with_cache(Some(a.budget), None)?)
-    };
+    let open_replayer =
+        || -> Result<Replayer> { Ok(Replayer::open(&path)?.with_cache(Some(a.budget), None)?) };
     // The floors (the replay's, every strategy's plan being the same, and
     // more of the 16- and 1792-row batches'), at the queue depth the
     // bench's sweep chose, sampled in rounds between the replays.
@@ -356,7 +458,7 @@ pub fn run(a: Args) -> Result<()> {
         println!("json:   {}", out.display());
     }
     if a.clean {
-        std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+        table.remove()?;
         println!("removed {}", path.display());
     } else {
         println!("table:  {} (kept; --clean removes it)", path.display());

@@ -16,9 +16,12 @@ use crate::output::{byte_progress, human_bytes};
 /// Default qwen4exp rows: 16 Mi rows, 1.41 GiB of IQ4_NL.
 const DEFAULT_QWEN_ROWS: u64 = 16 << 20;
 
+/// A table's file format, as `--format` names it.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum FormatArg {
+pub(crate) enum FormatArg {
+    /// One GGUF file.
     Gguf,
+    /// A safetensors checkpoint directory.
     Safetensors,
 }
 
