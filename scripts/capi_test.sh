@@ -57,6 +57,12 @@ EOF
 "$PLEIO" gather "$WORK/q.gguf" --rows-file "$WORK/ids.txt" -o "$WORK/expect.f32" >/dev/null
 "$PLEIO" gather "$WORK/q.gguf" --rows-file "$WORK/all_ids.txt" -o "$WORK/all.f32" >/dev/null
 "$PLEIO" rows "$WORK/q.gguf" --tokens "$WORK/tokens.txt" --json >"$WORK/rows.json"
+# a checkpoint: MLX 4-bit over three files, its rows as the CLI gathers them
+"$PLEIO" synth --format safetensors --encoding mlx4 --rows 5000 --files 3 --seed 13 -o "$WORK/ck" >/dev/null
+python3 -c 'import random; r = random.Random(6); print(" ".join(str(r.randrange(4992)) for _ in range(200)), 0, 4991)' >"$WORK/ck_ids.txt"
+for dt in f32 bf16 raw; do
+    "$PLEIO" gather "$WORK/ck" --rows-file "$WORK/ck_ids.txt" --dtype $dt -o "$WORK/ck_expect.$dt" >/dev/null
+done
 python3 - "$WORK" <<'EOF'
 import json, sys
 from pathlib import Path

@@ -351,6 +351,41 @@ int main(int argc, char **argv) {
         pleio_close(g);
     }
 
+    /* a safetensors checkpoint (MLX 4-bit, three parts a row over three files):
+       every dtype equals `pleio gather` of the same directory */
+    {
+        pleio_table *c = NULL;
+        CHECK(pleio_open(at("ck"), NULL, &c) == PLEIO_OK, "open a checkpoint directory");
+        pleio_info ci;
+        CHECK(pleio_table_info(c, &ci) == PLEIO_OK && ci.row_elems == 160 && ci.row_bytes == 100 &&
+                  strcmp(ci.type_name, "mlx4") == 0 && ci.ggml_type == UINT32_MAX,
+              "checkpoint info: %s", ci.type_name);
+        size_t cn = 0;
+        int64_t *cids = ints("ck_ids.txt", &cn);
+        const struct { pleio_dtype dtype; const char *file; size_t bytes; } ck[] = {
+            {PLEIO_DTYPE_F32, "ck_expect.f32", cn * 160 * 4},
+            {PLEIO_DTYPE_BF16, "ck_expect.bf16", cn * 160 * 2},
+            {PLEIO_DTYPE_RAW, "ck_expect.raw", cn * 100},
+        };
+        for (size_t k = 0; k < sizeof ck / sizeof ck[0]; k++) {
+            size_t len = 0;
+            void *expect = slurp(ck[k].file, &len);
+            CHECK(len == ck[k].bytes, "%s holds %zu bytes", ck[k].file, len);
+            void *got = malloc(len);
+            CHECK(pleio_gather(c, cids, cn, ck[k].dtype, got, len, NULL) == PLEIO_OK, "gather %s", ck[k].file);
+            CHECK(memcmp(got, expect, len) == 0, "%s: the checkpoint's rows equal the CLI", ck[k].file);
+            free(got);
+            free(expect);
+        }
+        int64_t past = (int64_t)ci.rows;
+        float one_row[160];
+        CHECK(pleio_gather(c, &past, 1, PLEIO_DTYPE_F32, one_row, sizeof one_row, NULL) ==
+                  PLEIO_ERR_ROW_OUT_OF_RANGE,
+              "checkpoint row past the table");
+        free(cids);
+        pleio_close(c);
+    }
+
     /* --- closing --- */
     pleio_sequence *orphan = NULL;
     CHECK(pleio_sequence_new(t, &orphan) == PLEIO_OK, "a sequence outliving its table");
