@@ -95,10 +95,6 @@ fn inspect_and_gather_every_strategy_and_dtype() {
         for dtype in ["f32", "bf16", "f16", "raw"] {
             let want = reference(&ck, &rows, dtype);
             for s in pleio::Strategy::ALL.iter().map(|s| s.name()) {
-                if s == "cached" {
-                    // refuses a table split over shards (tested below)
-                    continue;
-                }
                 for table in [&ck_dir, &index] {
                     let out = dir.path().join(format!("{enc}-{s}-{dtype}.bin"));
                     ok(&[
@@ -122,22 +118,40 @@ fn inspect_and_gather_every_strategy_and_dtype() {
                 }
             }
         }
-        // `cached` serves one-region tables only: refused, naming why, no file.
-        let out = dir.path().join(format!("{enc}-cached.bin"));
-        let r = pleio(&[
-            "gather",
-            p(&ck_dir),
-            "--rows",
-            &list,
-            "--strategy",
-            "cached",
-            "-o",
-            p(&out),
-        ]);
-        assert_eq!(r.status.code(), Some(2), "{enc} cached");
-        let err = String::from_utf8_lossy(&r.stderr);
-        assert!(err.contains("one region of one file"), "{err}");
-        assert!(!out.exists(), "{enc} cached wrote {}", out.display());
+        // `cached` (its misses read with O_DIRECT from every file, every
+        // part of a row) equals `pread` byte for byte, with a budget so
+        // small the batch evicts as it goes, and with `--stats`.
+        let gather = |strategy: &str, extra: &[&str]| {
+            let out = dir.path().join(format!("{enc}-{strategy}-vs.bin"));
+            let mut args = vec![
+                "gather",
+                p(&ck_dir),
+                "--rows",
+                &list,
+                "--dtype",
+                "raw",
+                "--strategy",
+                strategy,
+                "--force",
+                "-o",
+                p(&out),
+            ];
+            args.extend_from_slice(extra);
+            let text = ok(&args);
+            (std::fs::read(&out).unwrap(), text)
+        };
+        let (pread, _) = gather("pread", &[]);
+        for budget in ["64K", "8M"] {
+            let (cached, text) = gather("cached", &["--budget", budget, "--json", "--stats"]);
+            assert!(
+                cached == pread,
+                "{enc} cached --budget {budget} differs from pread"
+            );
+            let j: Value = serde_json::from_str(&text).unwrap();
+            // Six distinct rows, each read once (777 twice in the list).
+            assert_eq!(j["cache_misses"], 6, "{enc} {budget}: {j}");
+            assert_eq!(j["cache_hits"], 0, "{enc} {budget}: {j}");
+        }
         // npy: the dtype's descr, the same bytes after the header.
         let npy = dir.path().join(format!("{enc}.npy"));
         ok(&[
@@ -294,5 +308,25 @@ fn replay_bench_and_residency_run_on_a_checkpoint() {
     assert_eq!(files.len(), 3);
     for f in files {
         assert!(f["pages"].as_u64().unwrap() > 0, "{f}");
+    }
+
+    // `warm` prewarms a checkpoint into a row cache and into the page cache.
+    let profile = dir.path().join("profile.txt");
+    let ids: Vec<String> = (0..400).map(|k| (k * 31).to_string()).collect();
+    std::fs::write(&profile, ids.join("\n")).unwrap();
+    for strategy in ["cached", "auto"] {
+        let j: Value = serde_json::from_str(&ok(&[
+            "warm",
+            p(&ck),
+            "--strategy",
+            strategy,
+            "--budget",
+            "1M",
+            "--from-rows",
+            p(&profile),
+            "--json",
+        ]))
+        .unwrap();
+        assert!(j["rows_read"].as_u64().unwrap() > 0, "{strategy}: {j}");
     }
 }

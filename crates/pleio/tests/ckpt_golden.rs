@@ -98,10 +98,6 @@ fn check_case(dir: &Path, encoding: &str, rows: u64, row_elems: u64) -> u64 {
     for dtype in [Dtype::F32, Dtype::Bf16, Dtype::F16] {
         let expected = want(dtype);
         for &s in Strategy::ALL {
-            if s == Strategy::Cached && table.layout().single_region().is_none() {
-                // refuses tables split over several regions (tester.rs)
-                continue;
-            }
             let mut out = vec![0u8; table.out_bytes(dtype, ids.len()).unwrap()];
             table.gather_as_with(s, dtype, &ids, &mut out).unwrap();
             assert!(

@@ -2,14 +2,16 @@
 //! it stays within its budget, reads a row other gathers are waiting for
 //! once, serves hits from its own memory, leaves the page cache alone,
 //! prewarms, refuses a budget it cannot keep, leaves the output untouched
-//! when a read fails, and follows the file when it changes.
+//! when a read fails, and follows the file when it changes; the same for a
+//! checkpoint whose rows are split over parts and files.
 
 mod fetch_fixture;
 
 use std::sync::{Arc, Barrier};
 
-use fetch_fixture::{bits, Fixture, Rng};
-use pleio::{CachePolicy, ErrorKind, Strategy, Table};
+use fetch_fixture::{bits, CkptFixture, Fixture, Rng};
+use pleio::{CachePolicy, Dtype, ErrorKind, Strategy, Table};
+use pleio_lab::synth_ckpt::CkptEncoding;
 
 fn cached(fx: &Fixture, budget: u64) -> Table {
     fx.reader()
@@ -280,6 +282,142 @@ fn a_failed_read_leaves_the_output_untouched_and_a_changed_file_empties_the_cach
     table.gather(&[37], &mut out).unwrap();
     assert_eq!(bits(&out), bits(&fx.reference(&[5])));
     file.write_all_at(&whole, 0).unwrap();
+}
+
+fn cached_ckpt(fx: &CkptFixture, budget: u64) -> Table {
+    fx.reader()
+        .with_strategy(Strategy::Cached)
+        .with_budget(budget)
+        .unwrap()
+}
+
+/// `rows` as stored bytes through `strategy`, with the gather's stats.
+fn raw(table: &Table, s: Strategy, rows: &[u64]) -> (Vec<u8>, pleio::GatherStats) {
+    let mut out = vec![0u8; table.out_bytes(Dtype::Raw, rows.len()).unwrap()];
+    let st = table.gather_as_with(s, Dtype::Raw, rows, &mut out).unwrap();
+    (out, st)
+}
+
+#[test]
+fn a_multi_file_mlx4_checkpoint_reads_each_missing_row_once_and_matches_pread() {
+    // Three parts a row (words, scales, biases), 16 shards over 4 files.
+    let fx = CkptFixture::new(CkptEncoding::Mlx4, 20_000, 16, 4, 41);
+    let table = cached_ckpt(&fx, 8 << 20);
+    let layout = table.layout();
+    assert_eq!(layout.parts(), 3);
+    let files: std::collections::HashSet<usize> = layout.regions().map(|r| r.file).collect();
+    assert_eq!(files.len(), 4);
+    // 1500 distinct rows over every shard, some asked for twice.
+    let mut rows: Vec<u64> = (0..1500).map(|k| k * (fx.rows / 1500) + k % 7).collect();
+    rows.extend_from_within(..100);
+    let (pread, _) = raw(&table, Strategy::Pread, &rows);
+    assert!(pread == fx.reference_raw(&rows));
+    let start = Barrier::new(8);
+    let stats: Vec<_> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let (table, rows, start, pread) = (&table, &rows, &start, &pread);
+                sc.spawn(move || {
+                    let mut out = vec![7u8; pread.len()];
+                    start.wait();
+                    let st = table
+                        .gather_as_with(Strategy::Cached, Dtype::Raw, rows, &mut out)
+                        .unwrap();
+                    assert!(out == *pread, "cached differs from pread");
+                    st
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let misses: u64 = stats.iter().map(|s| s.cache_misses).sum();
+    let hits: u64 = stats.iter().map(|s| s.cache_hits).sum();
+    // Every distinct row read exactly once over all eight gathers.
+    assert_eq!(misses, 1500);
+    assert_eq!(hits, 7 * 1500);
+    let reader = stats.iter().find(|s| s.cache_misses > 0).unwrap();
+    assert!(reader.read_bytes > 0);
+    if !reader.fallback {
+        assert_eq!(reader.backend, Some("uring-direct"));
+    }
+    // Decoded, the same floats as the reference decoder.
+    let mut out = vec![0f32; rows.len() * table.row_elems()];
+    let st = table.gather(&rows, &mut out).unwrap();
+    assert_eq!(bits(&out), bits(&fx.reference(&rows)));
+    assert_eq!((st.cache_hits, st.read_requests), (1500, 0));
+
+    // A budget of a few dozen rows: every batch evicts, and stays exact and
+    // within the budget.
+    let small = cached_ckpt(&fx, 64 << 10);
+    let mut rng = Rng::new(9);
+    let mut evicted = 0;
+    for _ in 0..10 {
+        let rows: Vec<u64> = (0..500).map(|_| rng.below(fx.rows)).collect();
+        let (got, st) = raw(&small, Strategy::Cached, &rows);
+        assert!(got == fx.reference_raw(&rows));
+        evicted += st.cache_evictions;
+    }
+    assert!(evicted > 1000, "{evicted}");
+    assert!(small.cache_allocated_bytes() <= 64 << 10);
+}
+
+#[test]
+fn a_checkpoint_prewarms_and_any_changed_file_empties_the_cache() {
+    use std::os::unix::fs::FileExt;
+    let fx = CkptFixture::new(CkptEncoding::Nvfp4, 6000, 8, 3, 42);
+    let table = cached_ckpt(&fx, 1 << 20);
+    let files = table.checkpoint().unwrap().files.clone();
+    assert_eq!(files.len(), 3);
+    // Prewarm the row cache: the profile's rows are then hits.
+    let hot: Vec<u64> = (0..300).map(|k| k * 19 + 3).collect();
+    let rep = table.prewarm(&hot, 0, &mut |_, _| {}).unwrap();
+    assert_eq!(
+        (rep.target, rep.rows, rep.rows_read),
+        ("row cache", 300, 300)
+    );
+    let (got, st) = raw(&table, Strategy::Cached, &hot);
+    assert!(got == fx.reference_raw(&hot));
+    assert_eq!((st.cache_hits, st.cache_misses), (300, 0));
+    // Touch the last file (same bytes, a new modification time): the cache
+    // is emptied and every row read again.
+    let last = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&files[2])
+        .unwrap();
+    let whole = std::fs::read(&files[2]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    last.write_all_at(&whole, 0).unwrap();
+    let (got, st) = raw(&table, Strategy::Cached, &hot);
+    assert!(got == fx.reference_raw(&hot));
+    assert_eq!((st.cache_hits, st.cache_misses), (0, 300), "{st:?}");
+    // Cut it short: the rows with a part there fail naming it, and the
+    // output is untouched.
+    last.set_len(whole.len() as u64 / 3).unwrap();
+    let rows: Vec<u64> = (0..fx.rows).step_by(7).collect();
+    let mut out = vec![7u8; table.out_bytes(Dtype::Raw, rows.len()).unwrap()];
+    let e = table
+        .gather_as_with(Strategy::Cached, Dtype::Raw, &rows, &mut out)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+    assert!(
+        e.to_string().contains(&files[2].display().to_string()),
+        "{e}"
+    );
+    assert!(out.iter().all(|&b| b == 7), "output written on error");
+    last.write_all_at(&whole, 0).unwrap();
+    let (got, _) = raw(&table, Strategy::Cached, &rows);
+    assert!(got == fx.reference_raw(&rows));
+    // The page-cache target reads every part from its own file.
+    let plain = fx.reader().with_strategy(Strategy::Auto);
+    let rep = plain.prewarm(&hot, 64 << 10, &mut |_, _| {}).unwrap();
+    assert_eq!(rep.target, "page cache");
+    let page = pleio::sys::page_size();
+    assert!(rep.rows > 0 && rep.pages.unwrap() <= (64 << 10) / page);
+    assert!(plain.believed_resident_pages() > 0);
+    let warm = &rep.set[..rep.rows as usize];
+    let (got, _) = raw(&plain, Strategy::Auto, warm);
+    assert!(got == fx.reference_raw(warm));
 }
 
 /// CPU time this thread has run, from `/proc/thread-self/schedstat`

@@ -3,11 +3,9 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use pleio::fetch::{rank_by_frequency, Strategy, Table};
-use pleio::model::Model;
 use pleio::ngram::{ModelRows, RowMapper};
 use pleio::CachePolicy;
 use serde_json::json;
@@ -84,8 +82,7 @@ fn row_file(p: &PathBuf) -> Result<Vec<u64>> {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let model = Arc::new(Model::open(&a.file)?);
-    let mut table = Table::from_model(model)
+    let mut table = Table::open(&a.file)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?
         .with_strategy(a.strategy);
     if a.strategy == Strategy::Cached {

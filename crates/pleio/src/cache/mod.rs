@@ -99,11 +99,32 @@ impl Sizing {
         align: usize,
         policy: CachePolicy,
     ) -> Result<Sizing, CacheError> {
+        Sizing::for_parts(budget, row_bytes, 1, align, policy)
+    }
+
+    /// [`Sizing::for_budget`] for rows stored in `parts` separate extents
+    /// (a checkpoint's row of one to three parts, each read as the aligned
+    /// blocks around it), `row_bytes` their total: each staging buffer holds
+    /// the blocks of at least one whole row.
+    pub fn for_parts(
+        budget: u64,
+        row_bytes: usize,
+        parts: usize,
+        align: usize,
+        policy: CachePolicy,
+    ) -> Result<Sizing, CacheError> {
         let align = align.max(1).next_power_of_two();
         let a = align as u64;
         let rb = row_bytes.max(1) as u64;
-        // One row read with O_DIRECT covers at most this many aligned bytes.
-        let one_read = (rb + a - 1).div_ceil(a).saturating_mul(a);
+        let p = parts.max(1) as u64;
+        // One row read with O_DIRECT covers at most this many aligned bytes:
+        // a part of `l` bytes covers at most `ceil((l + a - 1) / a)` blocks,
+        // and a sum of `p` ceilings exceeds the ceiling of the sum by at
+        // most `p - 1`.
+        let one_read = (rb.saturating_add(p * (a - 1)))
+            .div_ceil(a)
+            .saturating_add(p - 1)
+            .saturating_mul(a);
         let staging = (budget / 32).clamp(one_read, STAGING_MAX.max(one_read));
         let staging = staging.div_ceil(a).saturating_mul(a);
         let staging_total = STAGING_BUFFERS as u64 * (staging + a + ALLOC_OVERHEAD);
@@ -511,6 +532,23 @@ impl Drop for Staging<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn staging_holds_the_blocks_of_a_row_of_several_parts() {
+        // Three parts at the worst offsets (one byte into a block): each of
+        // 1, 4097 and 4095 bytes covers 2 blocks.
+        for (parts, lens) in [(1usize, vec![90u64]), (3, vec![1, 4097, 4095])] {
+            let rb: u64 = lens.iter().sum();
+            let s =
+                Sizing::for_parts(64 << 20, rb as usize, parts, 4096, CachePolicy::Sieve).unwrap();
+            let worst: u64 = lens.iter().map(|l| (1 + l).div_ceil(4096) * 4096).sum();
+            assert!(s.staging_bytes as u64 >= worst, "{parts}: {s:?}");
+            let tiny = Sizing::for_parts(1 << 16, rb as usize, parts, 4096, CachePolicy::Sieve);
+            if let Ok(t) = tiny {
+                assert!(t.staging_bytes as u64 >= worst && t.max_bytes() <= 1 << 16);
+            }
+        }
+    }
 
     #[test]
     fn sizing_fits_the_budget_and_uses_most_of_it() {

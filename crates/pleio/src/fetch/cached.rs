@@ -3,24 +3,30 @@
 //! what the caller allowed.
 //!
 //! A gather sorts and deduplicates its ids and looks each distinct row up
-//! in the [`RowCache`]: a hit is decoded from the cache's bytes; a miss is
-//! claimed, and all claimed rows are read together through a private
-//! `O_DIRECT` io_uring (the aligned blocks covering each row, blocks that
-//! touch merged into one read) into one of the cache's budgeted staging
-//! buffers, chunk by chunk, then decoded and stored. A row another gather
-//! is reading at that moment is waited for, not read twice. Every row's
-//! bytes are collected first (hits copied out of the cache under the
-//! shard's lock) and written to the output last, so a failed read leaves
-//! it untouched. Where `O_DIRECT` or io_uring is unavailable the reads go
-//! through the buffered backends (flagged as a fallback).
+//! in the [`RowCache`]: a hit is decoded from the cache's bytes (a row's
+//! stored bytes: its parts concatenated in part order); a miss is claimed,
+//! and all claimed rows are read together into one of the cache's budgeted
+//! staging buffers, chunk by chunk, then decoded and stored. A chunk's
+//! reads are the aligned blocks covering every part of every row (blocks
+//! of one region that touch merged into one read), laid out file by file
+//! and read through one private `O_DIRECT` io_uring per file the table's
+//! rows are in (a GGUF tensor: one; a checkpoint: each of its files). A
+//! row another gather is reading at that moment is waited for, not read
+//! twice. Every row's bytes are collected first (hits copied out of the
+//! cache under the shard's lock) and written to the output last, so a
+//! failed read leaves it untouched. Where `O_DIRECT` or io_uring is
+//! unavailable for any of the files the reads of every file go through the
+//! buffered backends (flagged as a fallback).
 //!
-//! The cache stays true to the file: each gather first looks at the file
-//! (one `fstat`), and if its length, inode, modification or change time
+//! The cache stays true to the files: each gather first looks at every
+//! file holding rows of the table (one `fstat` each: one for a GGUF
+//! tensor), and if the length, inode, modification or change time of any
 //! differ from what the previous gather saw, the cache is emptied, so a
 //! file that shrank is an error (its rows are read again, and the reads
 //! fail) and a file rewritten in place is served as it is now, never as a
 //! mix of old and new rows. A change landing while a gather runs is seen
-//! by the next one.
+//! by the next one. Files of a checkpoint that hold none of the table's
+//! rows are not looked at: nothing cached came from them.
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
@@ -30,7 +36,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use super::direct::{with_scratch, Kind, Picked, Scratch};
 use super::{with_staged, GatherError, GatherStats, Staged, Table};
 use crate::cache::{CachePolicy, Found, RowCache, Sizing};
-use crate::io::{Extent, IoError, ReadPlan, ReadStats, RowReads, UringBackend, UringConfig};
+use crate::io::{Extent, IoError, ReadBackend, ReadPlan, ReadStats, UringBackend, UringConfig};
+use crate::layout::Layout;
 use crate::output::{Decoder, Out};
 use crate::quant::DecodeError;
 
@@ -66,7 +73,7 @@ impl CacheCell {
     }
 }
 
-/// How misses are read.
+/// How misses are read from one file.
 enum Reader {
     /// `O_DIRECT` io_uring straight into aligned staging.
     Direct(Box<UringBackend>),
@@ -74,13 +81,36 @@ enum Reader {
     Buffered(Picked),
 }
 
-/// A row cache and the reader that fills it.
+impl Reader {
+    fn name(&self) -> &'static str {
+        match self {
+            Reader::Direct(b) => b.name(),
+            Reader::Buffered(p) => p.backend.name(),
+        }
+    }
+}
+
+/// A file holding rows of the table: its reader, and a descriptor to
+/// `fstat`.
+struct RowFile {
+    /// Its index (see [`crate::layout::ShardPart::file`]).
+    index: usize,
+    reader: Reader,
+    file: File,
+}
+
+/// A row cache and the readers that fill it.
 pub(super) struct CachedReader {
     pub(super) cache: RowCache,
-    reader: Reader,
-    /// The file the reads go to, and how it looked at the last gather.
-    file: File,
-    seen: Mutex<Option<Stamp>>,
+    /// The files the table's rows are in, ascending by index.
+    files: Vec<RowFile>,
+    /// Alignment of every read (a multiple of each file's `O_DIRECT`
+    /// alignment; 1 when buffered).
+    align: usize,
+    /// Regions of the table ([`Layout::regions`]).
+    regions: usize,
+    /// How each file of `files` looked at the last gather.
+    seen: Mutex<Vec<Option<Stamp>>>,
 }
 
 /// What a file's `fstat` says about its contents: if any of it changes,
@@ -174,71 +204,112 @@ impl Table {
 
 impl CachedReader {
     fn create(t: &Table, budget: u64, policy: CachePolicy) -> Result<CachedReader, String> {
-        if t.shared.table.regions().count() != 1 {
-            return Err(
-                "the cached strategy serves tables stored as one region of one file \
-                 (a GGUF tensor); this table's rows are split over several"
-                    .into(),
-            );
-        }
-        let path = t
-            .shared
-            .backends
-            .path(0)
-            .ok_or("the table was opened without a file path")?;
+        let layout = &t.shared.table;
+        let mut indices: Vec<usize> = layout.regions().map(|r| r.file).collect();
+        indices.sort_unstable();
+        indices.dedup();
+        let path_of = |i: usize| {
+            t.shared
+                .backends
+                .path(i)
+                .ok_or_else(|| "the table was opened without a file path".to_string())
+        };
         let cfg = UringConfig {
             queue_depth: QUEUE_DEPTH,
             direct: true,
             ..UringConfig::default()
         };
-        let (reader, align, file) = match UringBackend::open(path, cfg) {
-            Ok(b) => {
-                let a = b.alignment();
-                let f = b.file().try_clone().map_err(|e| {
-                    format!("cannot duplicate the descriptor of {}: {e}", path.display())
-                })?;
-                (Reader::Direct(Box::new(b)), a, f)
+        // O_DIRECT io_uring on every file, or buffered reads on all.
+        let mut direct = Vec::with_capacity(indices.len());
+        for &i in &indices {
+            match UringBackend::open(path_of(i)?, cfg) {
+                Ok(b) => direct.push(b),
+                Err(IoError::UringUnavailable(_) | IoError::DirectUnsupported { .. }) => {
+                    direct.clear();
+                    break;
+                }
+                Err(e) => return Err(e.to_string()),
             }
-            Err(IoError::UringUnavailable(_) | IoError::DirectUnsupported { .. }) => {
-                let mut p = t
-                    .shared
-                    .backends
-                    .get(Kind::Uring, "cached", 0)
-                    .map_err(|e| e.to_string())?;
-                p.fallback = true;
-                let f =
-                    File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-                (Reader::Buffered(p), 1, f)
-            }
-            Err(e) => return Err(e.to_string()),
+        }
+        let (files, align) = if direct.len() == indices.len() {
+            let align = direct.iter().fold(1, |a, b| lcm(a, b.alignment()));
+            let files = indices
+                .iter()
+                .zip(direct)
+                .map(|(&index, b)| {
+                    let file = b.file().try_clone().map_err(|e| {
+                        format!(
+                            "cannot duplicate the descriptor of {}: {e}",
+                            b_path(t, index).display()
+                        )
+                    })?;
+                    Ok(RowFile {
+                        index,
+                        reader: Reader::Direct(Box::new(b)),
+                        file,
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            (files, align)
+        } else {
+            let files = indices
+                .iter()
+                .map(|&index| {
+                    let mut p = t
+                        .shared
+                        .backends
+                        .get(Kind::Uring, "cached", index)
+                        .map_err(|e| e.to_string())?;
+                    p.fallback = true;
+                    let path = path_of(index)?;
+                    let file = File::open(path)
+                        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+                    Ok(RowFile {
+                        index,
+                        reader: Reader::Buffered(p),
+                        file,
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            (files, 1)
         };
         let rb = usize::try_from(t.row_bytes()).map_err(|_| "rows too large".to_string())?;
-        let sizing = Sizing::for_budget(budget, rb, align, policy).map_err(|e| e.to_string())?;
+        let sizing = Sizing::for_parts(budget, rb, layout.parts(), align, policy)
+            .map_err(|e| e.to_string())?;
+        let seen = files.iter().map(|f| Stamp::of(&f.file).ok()).collect();
         Ok(CachedReader {
             cache: RowCache::new(sizing),
-            reader,
-            seen: Mutex::new(Stamp::of(&file).ok()),
-            file,
+            regions: layout.regions().count(),
+            files,
+            align,
+            seen: Mutex::new(seen),
         })
     }
 
-    /// Empties the cache if the file changed since the last look (see the
-    /// module docs).
+    /// Empties the cache if any file holding rows changed since the last
+    /// look (one `fstat` per such file; see the module docs).
     pub(super) fn check_file(&self, t: &Table) -> Result<(), GatherError> {
-        let now = Stamp::of(&self.file).map_err(|error| {
-            read_error(
-                t,
-                self.backend_name(),
-                IoError::Os {
-                    what: "fstat",
-                    error,
-                },
-            )
-        })?;
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if *seen != Some(now) {
+        let mut changed = false;
+        for (f, seen) in self.files.iter().zip(seen.iter_mut()) {
+            let now = Stamp::of(&f.file).map_err(|error| {
+                read_error(
+                    t,
+                    f.reader.name(),
+                    f.index,
+                    IoError::Os {
+                        what: "fstat",
+                        error,
+                    },
+                )
+            })?;
+            if *seen != Some(now) {
+                changed = true;
+                *seen = Some(now);
+            }
+        }
+        if changed {
             self.cache.clear();
-            *seen = Some(now);
         }
         Ok(())
     }
@@ -293,15 +364,7 @@ impl CachedReader {
                 Found::Busy => busy.push(u),
             }
         }
-        self.read_fill(
-            t,
-            &groups,
-            &misses,
-            Some(&mut st.bytes),
-            &mut claims,
-            &mut s.reads,
-            stats,
-        )?;
+        self.read_fill(t, &groups, &misses, Some(&mut st.bytes), &mut claims, stats)?;
         // Rows other gathers were reading: by now they are in, or their
         // reader gave up and the row is ours to read.
         misses.clear();
@@ -318,15 +381,7 @@ impl CachedReader {
                 }
             }
         }
-        self.read_fill(
-            t,
-            &groups,
-            &misses,
-            Some(&mut st.bytes),
-            &mut claims,
-            &mut s.reads,
-            stats,
-        )?;
+        self.read_fill(t, &groups, &misses, Some(&mut st.bytes), &mut claims, stats)?;
         for (u, g) in groups.iter().enumerate() {
             put_all(
                 out,
@@ -341,7 +396,6 @@ impl CachedReader {
     /// Reads the claimed rows `groups[u]` for `u` in `misses` (ascending)
     /// chunk by chunk into staging, copies each to `dst` (at `u * row
     /// bytes`, when given) and stores it in the cache.
-    #[allow(clippy::too_many_arguments)]
     fn read_fill(
         &self,
         t: &Table,
@@ -349,62 +403,53 @@ impl CachedReader {
         misses: &[usize],
         mut dst: Option<&mut Vec<u8>>,
         claims: &mut Claims<'_>,
-        reads: &mut RowReads,
         stats: &mut GatherStats,
     ) -> Result<(), GatherError> {
         if misses.is_empty() {
             return Ok(());
         }
-        let rb = t.row_bytes() as usize;
+        let layout = &t.shared.table;
+        let rb = layout.row_bytes() as usize;
+        let part_len: Vec<usize> = layout.shards()[0]
+            .parts
+            .iter()
+            .map(|p| p.row_bytes as usize)
+            .collect();
         let mut staging = self.cache.staging();
         let buf = staging.bytes();
-        let mut extents = Vec::new();
-        let mut at_rows = Vec::new();
-        let mut ids = Vec::new();
+        let mut plan = ChunkPlan::new(self.regions);
+        let mut joined = Vec::with_capacity(if part_len.len() > 1 { rb } else { 0 });
         let mut next = 0;
         while next < misses.len() {
             let chunk = &misses[next..];
-            let (n, io) = match &self.reader {
-                Reader::Direct(b) => {
-                    let n = plan_aligned(
-                        t.shared.table.offset(),
-                        rb as u64,
-                        b.alignment() as u64,
-                        chunk.iter().map(|&u| groups[u].row),
-                        buf.len(),
-                        &mut extents,
-                        &mut at_rows,
-                    );
-                    let io = b
-                        .read_into(&extents, buf)
-                        .map_err(|e| read_error(t, b_name(b), e))?;
-                    (n, io)
-                }
-                Reader::Buffered(p) => {
-                    let n = (buf.len() / rb).min(chunk.len()).max(1);
-                    ids.clear();
-                    ids.extend(chunk[..n].iter().map(|&u| groups[u].row));
-                    ReadPlan::for_rows_into(t.shared.table.offset(), rb, &ids, 0, reads).map_err(
-                        |e| GatherError::Setup {
-                            backend: "cached",
-                            reason: format!("planning reads: {e}"),
-                        },
-                    )?;
-                    let need = reads.plan.staging_len();
-                    let io = p
-                        .backend
-                        .read(&reads.plan, &mut buf[..need])
-                        .map_err(|e| read_error(t, p.backend.name(), e))?;
-                    at_rows.clear();
-                    at_rows.extend_from_slice(&reads.staging_offsets);
-                    stats.fallback = true;
-                    (n, io)
-                }
-            };
-            count_io(stats, io, self.backend_name());
-            for (&u, &at) in chunk[..n].iter().zip(&at_rows) {
+            let n = plan.plan(
+                layout,
+                self.align as u64,
+                chunk.iter().map(|&u| groups[u].row),
+                buf.len(),
+            )?;
+            if n == 0 {
+                return Err(GatherError::Setup {
+                    backend: "cached",
+                    reason: format!(
+                        "staging of {} bytes cannot hold the reads of one row",
+                        buf.len()
+                    ),
+                });
+            }
+            self.read_plan(t, &plan, buf, stats)?;
+            for (j, &u) in chunk[..n].iter().enumerate() {
                 let g = &groups[u];
-                let bytes = &buf[at..at + rb];
+                let at = &plan.at[j * part_len.len()..(j + 1) * part_len.len()];
+                let bytes = if let [len] = part_len[..] {
+                    &buf[at[0]..at[0] + len]
+                } else {
+                    joined.clear();
+                    for (&a, &len) in at.iter().zip(&part_len) {
+                        joined.extend_from_slice(&buf[a..a + len]);
+                    }
+                    &joined[..]
+                };
                 if let Some(d) = dst.as_deref_mut() {
                     d[u * rb..(u + 1) * rb].copy_from_slice(bytes);
                 }
@@ -420,11 +465,39 @@ impl CachedReader {
         Ok(())
     }
 
-    fn backend_name(&self) -> &'static str {
-        match &self.reader {
-            Reader::Direct(b) => b_name(b),
-            Reader::Buffered(p) => p.backend.name(),
+    /// Reads a planned chunk into `buf`, file by file (one batch of reads
+    /// per file, every read of it in flight at the ring's queue depth).
+    fn read_plan(
+        &self,
+        t: &Table,
+        plan: &ChunkPlan,
+        buf: &mut [u8],
+        stats: &mut GatherStats,
+    ) -> Result<(), GatherError> {
+        let mut base = 0usize;
+        for &(index, ref range) in &plan.files {
+            let f = &self.files[self.files.partition_point(|f| f.index < index)];
+            let extents = &plan.extents[range.clone()];
+            let len: usize = extents.iter().map(|e| e.len).sum();
+            let dst = &mut buf[base..base + len];
+            let io = match &f.reader {
+                Reader::Direct(b) => b.read_into(extents, dst),
+                Reader::Buffered(p) => {
+                    stats.fallback = true;
+                    let rp = ReadPlan::packed(extents.iter().map(|e| (e.offset, e.len))).map_err(
+                        |e| GatherError::Setup {
+                            backend: "cached",
+                            reason: format!("planning reads: {e}"),
+                        },
+                    )?;
+                    p.backend.read(&rp, dst)
+                }
+            }
+            .map_err(|e| read_error(t, f.reader.name(), index, e))?;
+            count_io(stats, io, f.reader.name());
+            base += len;
         }
+        Ok(())
     }
 
     /// Brings the first `capacity` distinct rows of `rows` (hottest first)
@@ -472,14 +545,13 @@ impl CachedReader {
             }
         }
         let total = groups.len() as u64;
-        let mut reads = RowReads::default();
         // Rows whose reads fill about one staging buffer per step.
         let per = (self.cache.sizing().staging_bytes / 4096).max(64);
         let all: Vec<usize> = (0..groups.len()).collect();
         let mut done = 0u64;
         progress(0, total);
         for chunk in all.chunks(per) {
-            self.read_fill(t, &groups, chunk, None, &mut claims, &mut reads, stats)?;
+            self.read_fill(t, &groups, chunk, None, &mut claims, stats)?;
             done += chunk.len() as u64;
             progress(done, total);
         }
@@ -493,120 +565,311 @@ fn copy_row(dst: &mut [u8], src: &[u8]) -> Result<(), GatherError> {
     Ok(())
 }
 
-fn b_name(b: &UringBackend) -> &'static str {
-    use crate::io::ReadBackend;
-    b.name()
-}
-
 fn count_io(stats: &mut GatherStats, io: ReadStats, backend: &'static str) {
     stats.read_requests += io.requests;
     stats.read_bytes += io.bytes;
     stats.backend = Some(backend);
 }
 
-fn read_error(t: &Table, backend: &'static str, error: IoError) -> GatherError {
+fn b_path(t: &Table, file: usize) -> std::path::PathBuf {
+    t.shared
+        .backends
+        .path(file)
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+fn read_error(t: &Table, backend: &'static str, file: usize, error: IoError) -> GatherError {
     GatherError::Read {
         backend,
-        path: t
-            .shared
-            .backends
-            .path(0)
-            .map(Path::to_path_buf)
-            .unwrap_or_default(),
+        path: b_path(t, file),
         error,
     }
 }
 
-/// Plans `O_DIRECT` reads of ascending `rows` (row `r` is `rb` bytes at
-/// `base + r * rb`): the `align`-ed blocks covering each row, extents that
-/// touch merged, packed back to back in a buffer of `room` bytes. Plans as
-/// many rows as fit (at least one when one row's blocks fit); returns how
-/// many, with `extents` and each row's position in the buffer (`at`).
-fn plan_aligned(
-    base: u64,
-    rb: u64,
-    align: u64,
-    rows: impl Iterator<Item = u64>,
-    room: usize,
-    extents: &mut Vec<Extent>,
-    at: &mut Vec<usize>,
-) -> usize {
-    extents.clear();
-    at.clear();
-    let mut used = 0usize;
-    for row in rows {
-        let start = base + row * rb;
-        let end = start + rb;
-        let (bs, be) = (start / align * align, end.div_ceil(align) * align);
-        match extents.last_mut() {
-            Some(e) if bs <= e.offset + e.len as u64 => {
-                let grow = be.saturating_sub(e.offset + e.len as u64) as usize;
-                if used + grow > room {
-                    break;
-                }
-                e.len += grow;
-                e.want = (end - e.offset) as usize;
-                used += grow;
-                at.push(used - e.len + (start - e.offset) as usize);
-            }
-            _ => {
-                let len = (be - bs) as usize;
-                if used + len > room {
-                    break;
-                }
-                extents.push(Extent {
-                    offset: bs,
-                    len,
-                    want: (end - bs) as usize,
-                });
-                at.push(used + (start - bs) as usize);
-                used += len;
-            }
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    a / gcd(a, b) * b
+}
+
+/// No extent open for a region.
+const NONE: usize = usize::MAX;
+
+/// The reads of one chunk of rows: the `align`-ed blocks covering every
+/// part of every row, blocks of one region that touch merged into one
+/// extent, laid out in staging file by file (each file's extents by
+/// offset, back to back), and where each part landed.
+struct ChunkPlan {
+    /// The extents, grouped by file, ascending by offset within a file.
+    extents: Vec<Extent>,
+    /// Each file's run of `extents`, ascending by file index.
+    files: Vec<(usize, std::ops::Range<usize>)>,
+    /// The staging position of part `k` of the chunk's row `j`, at `j *
+    /// parts + k`.
+    at: Vec<usize>,
+    /// Working storage: the extents as planned (file, region, extent), the
+    /// extent and offset in it of every part, and the open extent of each
+    /// region (its last, which the region's next part may extend).
+    planned: Vec<(usize, usize, Extent)>,
+    part_in: Vec<(usize, usize)>,
+    open: Vec<usize>,
+    order: Vec<usize>,
+    pos: Vec<usize>,
+}
+
+impl ChunkPlan {
+    fn new(regions: usize) -> ChunkPlan {
+        ChunkPlan {
+            extents: Vec::new(),
+            files: Vec::new(),
+            at: Vec::new(),
+            planned: Vec::new(),
+            part_in: Vec::new(),
+            open: vec![NONE; regions],
+            order: Vec::new(),
+            pos: Vec::new(),
         }
     }
-    at.len()
+
+    /// Plans ascending `rows` while their blocks fit in `room` bytes of
+    /// staging (a row's parts all or none); returns how many rows.
+    fn plan(
+        &mut self,
+        layout: &Layout,
+        align: u64,
+        rows: impl Iterator<Item = u64>,
+        room: usize,
+    ) -> Result<usize, GatherError> {
+        self.planned.clear();
+        self.part_in.clear();
+        let mut used = 0usize;
+        let mut n = 0usize;
+        for row in rows {
+            let ex = layout.extents(row)?;
+            let ex = ex.as_slice();
+            // The bytes this row adds: each part's blocks past the end of
+            // its region's open extent (or all of them, when it starts
+            // past it).
+            let mut grow = 0usize;
+            for e in ex {
+                let (bs, be) = blocks(e.offset, e.len, align);
+                grow += match self.open[e.region] {
+                    NONE => be - bs,
+                    i => {
+                        let x = &self.planned[i].2;
+                        let x_end = x.offset + x.len as u64;
+                        if bs <= x_end {
+                            be.saturating_sub(x_end)
+                        } else {
+                            be - bs
+                        }
+                    }
+                } as usize;
+            }
+            if used + grow > room {
+                break;
+            }
+            used += grow;
+            for e in ex {
+                let (bs, be) = blocks(e.offset, e.len, align);
+                let end = e.offset + e.len;
+                let open = self.open[e.region];
+                match self.planned.get_mut(open) {
+                    Some((_, _, x)) if bs <= x.offset + x.len as u64 => {
+                        x.len += be.saturating_sub(x.offset + x.len as u64) as usize;
+                        x.want = (end - x.offset) as usize;
+                        self.part_in.push((open, (e.offset - x.offset) as usize));
+                    }
+                    _ => {
+                        self.open[e.region] = self.planned.len();
+                        self.part_in
+                            .push((self.planned.len(), (e.offset - bs) as usize));
+                        self.planned.push((
+                            e.file,
+                            e.region,
+                            Extent {
+                                offset: bs,
+                                len: (be - bs) as usize,
+                                want: (end - bs) as usize,
+                            },
+                        ));
+                    }
+                }
+            }
+            n += 1;
+        }
+        self.lay_out();
+        Ok(n)
+    }
+
+    /// Orders the planned extents file by file, places them back to back
+    /// and records where every part landed.
+    fn lay_out(&mut self) {
+        let planned = &self.planned;
+        self.order.clear();
+        self.order.extend(0..planned.len());
+        // Already in order for a table of one region.
+        self.order
+            .sort_unstable_by_key(|&i| (planned[i].0, planned[i].2.offset));
+        self.extents.clear();
+        self.files.clear();
+        self.pos.clear();
+        self.pos.resize(planned.len(), 0);
+        let mut at = 0usize;
+        for &i in &self.order {
+            let (file, region, x) = planned[i];
+            self.open[region] = NONE;
+            match self.files.last_mut() {
+                Some((f, r)) if *f == file => r.end += 1,
+                _ => self
+                    .files
+                    .push((file, self.extents.len()..self.extents.len() + 1)),
+            }
+            self.extents.push(x);
+            self.pos[i] = at;
+            at += x.len;
+        }
+        self.at.clear();
+        self.at
+            .extend(self.part_in.iter().map(|&(i, delta)| self.pos[i] + delta));
+    }
+}
+
+/// The `align`-ed blocks covering `len` bytes at `offset`.
+fn blocks(offset: u64, len: u64, align: u64) -> (u64, u64) {
+    (
+        offset / align * align,
+        (offset + len).div_ceil(align) * align,
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::{Shard, ShardPart};
+
+    fn part(file: usize, offset: u64, row_bytes: u64) -> ShardPart {
+        ShardPart {
+            tensor: String::new(),
+            file,
+            offset,
+            row_bytes,
+        }
+    }
+
+    /// Images of `files` (each byte a function of its file and offset).
+    fn byte(file: usize, off: u64) -> u8 {
+        ((off * 7 + file as u64 * 13) % 251) as u8
+    }
+
+    /// Reads `plan` from the images as the readers would: each file's
+    /// extents back to back, `want` bytes each.
+    fn staged(plan: &ChunkPlan) -> Vec<u8> {
+        let mut buf = Vec::new();
+        for (file, r) in &plan.files {
+            for e in &plan.extents[r.clone()] {
+                assert!(e.want <= e.len);
+                buf.extend((e.offset..e.offset + e.len as u64).map(|o| byte(*file, o)));
+            }
+        }
+        buf
+    }
 
     #[test]
-    fn aligned_plans_cover_rows_and_merge_touching_blocks() {
-        let mut ex = Vec::new();
-        let mut at = Vec::new();
+    fn one_region_plans_cover_rows_and_merge_touching_blocks() {
         // 90-byte rows from offset 1000, 4096-byte blocks. Rows 0 and 1
         // share block 0; row 44 straddles blocks 0/1 (4960..5050); row 1000
         // is far away.
-        let rows = [0u64, 1, 44, 1000];
-        let n = plan_aligned(
-            1000,
+        let t = Layout::for_test(
+            vec![Shard {
+                index: 0,
+                row_start: 0,
+                rows: 2000,
+                parts: vec![part(0, 1000, 90)],
+            }],
             90,
-            4096,
-            rows.iter().copied(),
-            1 << 20,
-            &mut ex,
-            &mut at,
         );
+        let mut p = ChunkPlan::new(1);
+        let rows = [0u64, 1, 44, 1000];
+        let n = p.plan(&t, 4096, rows.iter().copied(), 1 << 20).unwrap();
         assert_eq!(n, 4);
-        assert_eq!(ex.len(), 2);
-        assert_eq!((ex[0].offset, ex[0].len), (0, 8192));
-        assert_eq!(ex[0].want, 5050);
+        assert_eq!(p.extents.len(), 2);
+        assert_eq!(p.files, vec![(0, 0..2)]);
+        assert_eq!((p.extents[0].offset, p.extents[0].len), (0, 8192));
+        assert_eq!(p.extents[0].want, 5050);
         let far = 1000 + 1000 * 90;
-        assert_eq!(ex[1].offset, far / 4096 * 4096);
-        // Each row's bytes sit where `at` says in an image of the blocks.
-        let file: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
-        let mut buf = Vec::new();
-        for e in &ex {
-            buf.extend_from_slice(&file[e.offset as usize..e.offset as usize + e.len]);
-        }
-        for (&r, &a) in rows.iter().zip(&at) {
-            let s = 1000 + r as usize * 90;
-            assert_eq!(&buf[a..a + 90], &file[s..s + 90], "row {r}");
+        assert_eq!(p.extents[1].offset, far / 4096 * 4096);
+        let buf = staged(&p);
+        for (&r, &a) in rows.iter().zip(&p.at) {
+            let s = 1000 + r * 90;
+            let want: Vec<u8> = (s..s + 90).map(|o| byte(0, o)).collect();
+            assert_eq!(&buf[a..a + 90], &want[..], "row {r}");
         }
         // A room of one block plans only the rows inside it.
-        let n = plan_aligned(1000, 90, 4096, rows.iter().copied(), 4096, &mut ex, &mut at);
+        let n = p.plan(&t, 4096, rows.iter().copied(), 4096).unwrap();
         assert_eq!(n, 2);
-        assert_eq!(ex.len(), 1);
+        assert_eq!(p.extents.len(), 1);
+        // Buffered (alignment 1): each row exactly, neighbours merged.
+        let n = p.plan(&t, 1, rows.iter().copied(), 1 << 20).unwrap();
+        assert_eq!(n, 4);
+        assert_eq!(p.extents.len(), 3);
+        assert_eq!((p.extents[0].offset, p.extents[0].len), (1000, 180));
+    }
+
+    #[test]
+    fn parts_over_files_land_where_at_says_and_rows_stay_whole() {
+        // Two shards of 10 rows, three parts each (40 + 8 + 4 bytes); shard 0
+        // in file 1 (parts at unaligned offsets), shard 1's parts split
+        // over files 0 and 2, one of them sharing a block with another
+        // region.
+        let shards = vec![
+            Shard {
+                index: 0,
+                row_start: 0,
+                rows: 10,
+                parts: vec![part(1, 4090, 40), part(1, 9000, 8), part(1, 9083, 4)],
+            },
+            Shard {
+                index: 1,
+                row_start: 10,
+                rows: 10,
+                parts: vec![part(2, 100, 40), part(0, 4095, 8), part(2, 600, 4)],
+            },
+        ];
+        let t = Layout::for_test(shards, 52);
+        let mut p = ChunkPlan::new(6);
+        let rows = [0u64, 1, 9, 10, 15, 19];
+        let n = p.plan(&t, 512, rows.iter().copied(), 1 << 20).unwrap();
+        assert_eq!(n, rows.len());
+        let files: Vec<usize> = p.files.iter().map(|f| f.0).collect();
+        assert_eq!(files, vec![0, 1, 2]);
+        for e in &p.extents {
+            assert!(e.offset % 512 == 0 && e.len % 512 == 0);
+        }
+        let buf = staged(&p);
+        for (j, &r) in rows.iter().enumerate() {
+            for (k, x) in t.extents(r).unwrap().as_slice().iter().enumerate() {
+                let a = p.at[j * 3 + k];
+                let want: Vec<u8> = (x.offset..x.offset + x.len)
+                    .map(|o| byte(x.file, o))
+                    .collect();
+                assert_eq!(&buf[a..a + x.len as usize], &want[..], "row {r} part {k}");
+            }
+        }
+        // Every region's open extent is forgotten between chunks.
+        assert!(p.open.iter().all(|&o| o == NONE));
+        // A room too small for a whole row plans none of its parts.
+        let n = p.plan(&t, 512, rows.iter().copied(), 1024).unwrap();
+        assert_eq!(n, 0);
+        assert!(p.extents.is_empty() && p.at.is_empty());
+        let n = p.plan(&t, 512, rows.iter().copied(), 2048).unwrap();
+        assert_eq!(n, 3, "rows 0, 1 and 9 share their blocks");
     }
 }

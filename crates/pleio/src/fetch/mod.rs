@@ -612,7 +612,7 @@ impl Table {
         // check here assumes the common worst case (4096) and the cache
         // checks again when it is made.
         let rb = usize::try_from(self.row_bytes()).unwrap_or(usize::MAX);
-        Sizing::for_budget(bytes, rb, 4096, policy).map_err(|e| {
+        Sizing::for_parts(bytes, rb, self.shared.table.parts(), 4096, policy).map_err(|e| {
             self.locate(GatherError::Setup {
                 backend: "cached",
                 reason: e.to_string(),

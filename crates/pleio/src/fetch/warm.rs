@@ -8,7 +8,7 @@
 //! other strategy (as many rows as `budget` bytes of pages hold), where
 //! `auto` also learns them as resident.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use super::direct::Kind;
@@ -58,7 +58,8 @@ impl Table {
     /// [`rank_by_frequency`]) ahead of use. With the table's strategy
     /// [`Strategy::Cached`], into this handle's row cache, as many as its
     /// budget holds (`budget` is ignored). Otherwise into the page cache:
-    /// rows in rank order while their distinct pages fit in `budget` bytes,
+    /// rows in rank order while the distinct pages of their parts (in
+    /// whichever files hold them) fit in `budget` bytes,
     /// read with buffered io_uring (every read in flight at queue depth 64),
     /// and marked resident for `auto`. `progress(done, total)` reports rows
     /// read. Ids are checked first.
@@ -109,65 +110,76 @@ impl Table {
         let page = self
             .mapping()
             .map_or_else(crate::sys::page_size, |m| m.page_size());
-        let file_len = self.mapping().map(|m| m.len() as u64);
         let max_pages = budget / page;
-        let mut pages: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        // The pages of every part of each row: (file, page).
+        let mut pages: HashSet<(usize, u64)> = HashSet::new();
         let mut set = Vec::new();
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = HashSet::new();
+        let mut new = Vec::new();
         for &r in ranked {
             if !seen.insert(r) {
                 continue;
             }
-            let start = t.offset() + r * t.row_bytes();
-            let (p0, p1) = (start / page, (start + t.row_bytes() - 1) / page);
-            let new = (p0..=p1).filter(|p| !pages.contains(p)).count() as u64;
-            if pages.len() as u64 + new > max_pages {
+            new.clear();
+            for e in t.extents(r)?.as_slice() {
+                let (p0, p1) = (e.offset / page, (e.offset + e.len - 1) / page);
+                new.extend((p0..=p1).map(|p| (e.file, p)));
+            }
+            new.sort_unstable();
+            new.dedup();
+            new.retain(|k| !pages.contains(k));
+            if pages.len() as u64 + new.len() as u64 > max_pages {
                 break;
             }
-            pages.extend(p0..=p1);
+            pages.extend(new.iter().copied());
             set.push(r);
         }
-        let mut sorted: Vec<u64> = pages.into_iter().collect();
+        let mut sorted: Vec<(usize, u64)> = pages.into_iter().collect();
         sorted.sort_unstable();
-        let picked = self.shared.backends.get(Kind::Uring, "prewarm", 0)?;
         let mut staging = vec![0u8; PAGE_CHUNK];
         let per = (PAGE_CHUNK as u64 / page).max(1) as usize;
         let total = set.len() as u64;
         let mut stats = GatherStats::default();
         progress(0, total);
         let mut done_pages = 0usize;
-        for chunk in sorted.chunks(per) {
-            // Adjacent pages merge into one read; the file's last page is
-            // read as far as the file goes.
-            let mut runs: Vec<(u64, usize)> = Vec::new();
-            for &p in chunk {
-                let off = p * page;
-                let len = file_len.map_or(page, |l| l.saturating_sub(off).min(page)) as usize;
-                match runs.last_mut() {
-                    Some(r) if r.0 + r.1 as u64 == off => r.1 += len,
-                    _ => runs.push((off, len)),
+        // File by file, through each file's buffered io_uring.
+        for group in sorted.chunk_by(|a, b| a.0 == b.0) {
+            let file = group[0].0;
+            let picked = self.shared.backends.get(Kind::Uring, "prewarm", file)?;
+            let file_len = self.mapping_of(file).map(|m| m.len() as u64);
+            for chunk in group.chunks(per) {
+                // Adjacent pages merge into one read; the file's last page
+                // is read as far as the file goes.
+                let mut runs: Vec<(u64, usize)> = Vec::new();
+                for &(_, p) in chunk {
+                    let off = p * page;
+                    let len = file_len.map_or(page, |l| l.saturating_sub(off).min(page)) as usize;
+                    match runs.last_mut() {
+                        Some(r) if r.0 + r.1 as u64 == off => r.1 += len,
+                        _ => runs.push((off, len)),
+                    }
                 }
-            }
-            let plan = ReadPlan::packed(runs).map_err(|e| GatherError::Setup {
-                backend: "prewarm",
-                reason: format!("planning reads: {e}"),
-            })?;
-            let io = picked
-                .backend
-                .read(&plan, &mut staging[..plan.staging_len()])
-                .map_err(|error| GatherError::Read {
-                    backend: picked.backend.name(),
-                    path: self.path().to_path_buf(),
-                    error,
+                let plan = ReadPlan::packed(runs).map_err(|e| GatherError::Setup {
+                    backend: "prewarm",
+                    reason: format!("planning reads: {e}"),
                 })?;
-            stats.read_requests += io.requests;
-            stats.read_bytes += io.bytes;
-            done_pages += chunk.len();
-            // Rows are reported in proportion to the pages read.
-            progress(
-                (total as u128 * done_pages as u128 / sorted.len().max(1) as u128) as u64,
-                total,
-            );
+                let io = picked
+                    .backend
+                    .read(&plan, &mut staging[..plan.staging_len()])
+                    .map_err(|error| GatherError::Read {
+                        backend: picked.backend.name(),
+                        path: self.file_path(file).to_path_buf(),
+                        error,
+                    })?;
+                stats.read_requests += io.requests;
+                stats.read_bytes += io.bytes;
+                done_pages += chunk.len();
+                // Rows are reported in proportion to the pages read.
+                progress(
+                    (total as u128 * done_pages as u128 / sorted.len().max(1) as u128) as u64,
+                    total,
+                );
+            }
         }
         let res = self.residency();
         for &r in &set {

@@ -147,6 +147,8 @@ pub struct CkptFixture {
     /// Per shard, per part: every row's bytes of that part, as generated.
     generated: Vec<Vec<Vec<u8>>>,
     decoder: EncodingDecoder,
+    /// Row cache budget of the readers made from it (default if `None`).
+    pub cache_budget: Option<u64>,
 }
 
 impl CkptFixture {
@@ -187,12 +189,23 @@ impl CkptFixture {
             part_len,
             generated,
             decoder: EncodingDecoder::scalar(encoding, 160).unwrap(),
+            cache_budget: None,
         }
+    }
+
+    /// Readers made from this fixture get a row cache of `bytes`.
+    pub fn with_cache_budget(mut self, bytes: u64) -> Self {
+        self.cache_budget = Some(bytes);
+        self
     }
 
     /// A reader over the checkpoint directory.
     pub fn reader(&self) -> Table {
-        Table::open(&self.path).unwrap()
+        let t = Table::open(&self.path).unwrap();
+        match self.cache_budget {
+            Some(b) => t.with_budget(b).unwrap(),
+            None => t,
+        }
     }
 
     /// The generated parts of `row`.
