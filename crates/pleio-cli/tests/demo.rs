@@ -107,12 +107,7 @@ fn demo_runs_on_a_checkpoint() {
     let out = Command::new(env!("CARGO_BIN_EXE_pleio"))
         .args(["demo", "--format", "safetensors", "--encoding", "mlx4"])
         .args(["--size", "16M", "--batches", "2", "--tokens", "512"])
-        .args([
-            "--decode",
-            "4",
-            "--strategies",
-            "fault,advise,auto,uring-direct",
-        ])
+        .args(["--decode", "4", "--budget", "1M"])
         .args(["--clean", "--dir"])
         .arg(dir.path())
         .arg("--json")
@@ -126,7 +121,9 @@ fn demo_runs_on_a_checkpoint() {
         return;
     }
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    for name in ["fault", "advise", "auto", "uring-direct", "limit"] {
+    for name in [
+        "fault", "advise", "pread", "uring", "pool", "auto", "cached", "limit",
+    ] {
         assert!(
             stdout.lines().any(|l| l.starts_with(name)),
             "no {name} row:\n{stdout}"
@@ -135,7 +132,11 @@ fn demo_runs_on_a_checkpoint() {
     let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(j["table"]["type"], "mlx4");
     let replays = j["replays"].as_array().unwrap();
-    assert_eq!(replays.len(), 2 * 4, "cold and warm per strategy");
+    assert_eq!(
+        replays.len(),
+        2 * pleio::Strategy::ALL.len(),
+        "cold and warm per strategy"
+    );
     let sums: std::collections::HashSet<_> =
         replays.iter().map(|r| r["checksum"].clone()).collect();
     assert_eq!(sums.len(), 1, "{sums:?}");
