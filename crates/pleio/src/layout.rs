@@ -117,9 +117,23 @@ impl RowExtents {
 /// at most three parts each), or `None` past the last shard. Offsets are in
 /// range when the shards were checked against their files.
 pub(crate) fn extents_in(shards: &[Shard], row: u64) -> Option<RowExtents> {
-    let i = shards
-        .partition_point(|s| s.row_start <= row)
-        .checked_sub(1)?;
+    // Checkpoint shards are of equal rows but the last: shard `row / rows`
+    // is the one, found without a search's unpredictable branches.
+    let guess = shards
+        .first()
+        .and_then(|s| row.checked_div(s.rows))
+        .and_then(|g| usize::try_from(g).ok())
+        .filter(|&g| {
+            shards
+                .get(g)
+                .is_some_and(|s| s.row_start <= row && row - s.row_start < s.rows)
+        });
+    let i = match guess {
+        Some(g) => g,
+        None => shards
+            .partition_point(|s| s.row_start <= row)
+            .checked_sub(1)?,
+    };
     let s = &shards[i];
     let local = row - s.row_start;
     if local >= s.rows {
@@ -662,6 +676,45 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extents_find_the_shard_whether_shards_are_equal_or_not() {
+        let shard = |index: usize, row_start: u64, rows: u64| Shard {
+            index,
+            row_start,
+            rows,
+            parts: vec![ShardPart {
+                tensor: format!("s{index}"),
+                file: index % 2,
+                offset: 1000 * index as u64,
+                row_bytes: 4,
+            }],
+        };
+        let at = |shards: &[Shard], row| extents_in(shards, row).map(|e| e.as_slice()[0]);
+        // Equal shards but the last (found by division), and unequal ones
+        // (by search): every row in its shard, nothing past the end.
+        for shards in [
+            vec![shard(0, 0, 10), shard(1, 10, 10), shard(2, 20, 3)],
+            vec![shard(0, 0, 10), shard(1, 10, 15), shard(2, 25, 5)],
+            vec![shard(0, 0, 2), shard(1, 2, 1), shard(2, 3, 40)],
+        ] {
+            let end = shards.iter().map(|s| s.row_start + s.rows).max().unwrap();
+            for row in 0..end {
+                let i = shards
+                    .iter()
+                    .position(|s| row < s.row_start + s.rows)
+                    .unwrap();
+                let e = at(&shards, row).unwrap();
+                let local = row - shards[i].row_start;
+                assert_eq!(
+                    (e.file, e.offset, e.region),
+                    (i % 2, 1000 * i as u64 + 4 * local, i)
+                );
+            }
+            assert_eq!(at(&shards, end), None);
+            assert_eq!(at(&shards, u64::MAX), None);
+        }
+    }
 
     fn brute(offset: u64, row_bytes: u64, n_rows: u64, page: u64) -> u64 {
         (0..n_rows)
