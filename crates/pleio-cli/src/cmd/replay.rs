@@ -34,7 +34,9 @@ use crate::report;
 /// floor's tokens/s and the gather time's ratio to it.
 #[derive(clap::Args)]
 pub struct Args {
-    /// A GGUF file (or any shard of a split set) with a PLE table.
+    /// A GGUF file (or any shard of a split set) with a PLE table, or a
+    /// safetensors checkpoint: its directory, index, one file, or a
+    /// ple-store.json.
     file: PathBuf,
     #[command(flatten)]
     input: Input,

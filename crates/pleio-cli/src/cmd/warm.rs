@@ -27,7 +27,9 @@ use crate::output::{human_bytes, step_progress};
 /// another stream's row ids the warm set covers.
 #[derive(clap::Args)]
 pub struct Args {
-    /// A GGUF file (or any shard of a split set) with a PLE table.
+    /// A GGUF file (or any shard of a split set) with a PLE table, or a
+    /// safetensors checkpoint: its directory, index, one file, or a
+    /// ple-store.json.
     file: PathBuf,
     /// Memory to fill: the row cache's budget (`cached`) or bytes of page
     /// cache (e.g. 256M).
