@@ -1,34 +1,40 @@
 //! `pleio demo` end to end on a small table (the README's first command with
-//! `--size 64M`), so CI runs the demo's whole code path.
+//! `--size 64M`) and on a small checkpoint, so CI runs the demo's whole
+//! code path.
 
+use std::path::Path;
 use std::process::Command;
 
-#[test]
-fn demo_runs_on_a_small_table_and_reports_every_strategy() {
-    // On disk under the target directory: eviction needs a real file system.
+/// What a demo run left: its stdout, its JSON report and the names of the
+/// files in its directory.
+struct Demo {
+    stdout: String,
+    json: serde_json::Value,
+    left: Vec<String>,
+}
+
+/// Runs `pleio demo ARGS --clean --dir DIR --json DIR/demo.json` (on disk
+/// under the target directory: eviction needs a real file system) and
+/// checks it succeeded, printed a row for every strategy and `limit`, and
+/// gathered the same floats in every replay; `None` where this file system
+/// cannot evict (the run says so).
+fn run_demo(args: &[&str], check: impl FnOnce(&Path, &str)) -> Option<Demo> {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let json = dir.path().join("demo.json");
     let out = Command::new(env!("CARGO_BIN_EXE_pleio"))
-        .args([
-            "demo",
-            "--size",
-            "64M",
-            "--batches",
-            "2",
-            "--tokens",
-            "1024",
-        ])
-        .args(["--decode", "8", "--clean", "--dir"])
+        .arg("demo")
+        .args(args)
+        .args(["--clean", "--dir"])
         .arg(dir.path())
         .arg("--json")
         .arg(&json)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() && stderr.contains("still resident") {
         eprintln!("skipped: this file system cannot evict: {stderr}");
-        return;
+        return None;
     }
     assert!(out.status.success(), "{stdout}\n{stderr}");
     for name in [
@@ -39,37 +45,58 @@ fn demo_runs_on_a_small_table_and_reports_every_strategy() {
             "no {name} row:\n{stdout}"
         );
     }
-    assert!(stdout.contains("best: `"), "{stdout}");
-    let svgs = ["demo-latency.svg", "demo-ubatches.svg"];
-    for svg in svgs {
-        let p = dir.path().join(svg);
-        assert!(stdout.contains(&p.display().to_string()), "{stdout}");
-        let text = std::fs::read_to_string(&p).unwrap();
-        assert!(text.contains("<svg") && text.contains("auto"), "{svg}");
-    }
-    // --clean removed the table; the charts stay.
-    let left: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    assert!(!left.iter().any(|f| f.ends_with(".gguf")), "{left:?}");
-    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    assert_eq!(j["command"], "demo");
-    assert!(j["machine"]["cpus"].as_u64().unwrap() >= 1);
-    assert_eq!(j["table"]["type"], "IQ4_NL");
-    let replays = j["replays"].as_array().unwrap();
+    check(dir.path(), &stdout);
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let replays = json["replays"].as_array().unwrap();
     assert_eq!(
         replays.len(),
         2 * pleio::Strategy::ALL.len(),
         "cold and warm per strategy"
     );
+    let sums: std::collections::HashSet<_> =
+        replays.iter().map(|r| r["checksum"].clone()).collect();
+    assert_eq!(
+        sums.len(),
+        1,
+        "every replay gathered the same floats: {sums:?}"
+    );
+    let left = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    Some(Demo { stdout, json, left })
+}
+
+#[test]
+fn demo_runs_on_a_small_table_and_reports_every_strategy() {
+    let args = ["--size", "64M", "--batches", "2", "--tokens", "1024"];
+    let Some(Demo {
+        stdout,
+        json: j,
+        left,
+    }) = run_demo(&[&args[..], &["--decode", "8"]].concat(), |dir, stdout| {
+        let svgs = ["demo-latency.svg", "demo-ubatches.svg"];
+        for svg in svgs {
+            let p = dir.join(svg);
+            assert!(stdout.contains(&p.display().to_string()), "{stdout}");
+            let text = std::fs::read_to_string(&p).unwrap();
+            assert!(text.contains("<svg") && text.contains("auto"), "{svg}");
+        }
+    })
+    else {
+        return;
+    };
+    assert!(stdout.contains("best: `"), "{stdout}");
+    // --clean removed the table; the charts stay.
+    assert!(!left.iter().any(|f| f.ends_with(".gguf")), "{left:?}");
+    assert!(left.iter().any(|f| f == "demo-latency.svg"), "{left:?}");
+    assert_eq!(j["command"], "demo");
+    assert!(j["machine"]["cpus"].as_u64().unwrap() >= 1);
+    assert_eq!(j["table"]["type"], "IQ4_NL");
+    let replays = j["replays"].as_array().unwrap();
     // The budgeted row says its budget.
     let cached = replays.iter().find(|r| r["strategy"] == "cached").unwrap();
     assert_eq!(cached["cache_budget_bytes"], 64 << 20);
-    // Every replay gathered the same floats.
-    let sums: std::collections::HashSet<_> =
-        replays.iter().map(|r| r["checksum"].clone()).collect();
-    assert_eq!(sums.len(), 1, "{sums:?}");
     assert!(j["arms"]
         .as_array()
         .unwrap()
@@ -102,50 +129,28 @@ fn demo_runs_on_a_small_table_and_reports_every_strategy() {
 #[test]
 fn demo_runs_on_a_checkpoint() {
     // MLX 4-bit: three parts a row (words, scales, biases), four files.
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let json = dir.path().join("demo.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_pleio"))
-        .args(["demo", "--format", "safetensors", "--encoding", "mlx4"])
-        .args(["--size", "16M", "--batches", "2", "--tokens", "512"])
-        .args(["--decode", "4", "--budget", "1M"])
-        .args(["--clean", "--dir"])
-        .arg(dir.path())
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() && stderr.contains("still resident") {
-        eprintln!("skipped: this file system cannot evict: {stderr}");
+    let args = [
+        "--format",
+        "safetensors",
+        "--encoding",
+        "mlx4",
+        "--size",
+        "16M",
+        "--batches",
+        "2",
+        "--tokens",
+        "512",
+        "--decode",
+        "4",
+        "--budget",
+        "1M",
+    ];
+    let Some(Demo { json: j, left, .. }) = run_demo(&args, |_, _| {}) else {
         return;
-    }
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    for name in [
-        "fault", "advise", "pread", "uring", "pool", "auto", "cached", "limit",
-    ] {
-        assert!(
-            stdout.lines().any(|l| l.starts_with(name)),
-            "no {name} row:\n{stdout}"
-        );
-    }
-    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    };
     assert_eq!(j["table"]["type"], "mlx4");
-    let replays = j["replays"].as_array().unwrap();
-    assert_eq!(
-        replays.len(),
-        2 * pleio::Strategy::ALL.len(),
-        "cold and warm per strategy"
-    );
-    let sums: std::collections::HashSet<_> =
-        replays.iter().map(|r| r["checksum"].clone()).collect();
-    assert_eq!(sums.len(), 1, "{sums:?}");
     assert!(j["replay_floor"]["prefill_tokens_per_s"].as_f64().unwrap() > 0.0);
     // --clean removed the checkpoint directory.
-    let left: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
     assert!(
         !left.iter().any(|f| f.starts_with("demo-qwen4exp")),
         "{left:?}"
