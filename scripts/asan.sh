@@ -29,6 +29,8 @@ export RUSTDOCFLAGS="-Zsanitizer=address"
 # Leak checking stays on; report every error, not only the first.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1}"
 # --target keeps the sanitizer flags off build scripts and proc macros.
-cargo +nightly test --target "$host" -p pleio --lib -- page_plan:: map:: sys::
-cargo +nightly test --target "$host" -p pleio --test advise --test tester
+# The `asan` profile (Cargo.toml): optimized, with debug assertions and
+# overflow checks on.
+cargo +nightly test --profile asan --target "$host" -p pleio --lib -- page_plan:: map:: sys::
+cargo +nightly test --profile asan --target "$host" -p pleio --test advise --test tester
 echo "asan.sh: AddressSanitizer run PASSED"
