@@ -101,8 +101,17 @@ if [ -f "$LLAMA_BUILD/CMakeCache.txt" ]; then
         rm -rf "$LLAMA_BUILD"
     fi
 fi
+# Not -march=native: a virtual CPU can advertise what it cannot run (AMX
+# tiles, whose state the hypervisor does not enable: ggml's AMX path then
+# dies of SIGILL). AVX2/FMA/F16C where /proc/cpuinfo has all three (every
+# build machine so far), else ggml's portable baseline; both drivers come
+# from the same build, so the bit-identity checks hold either way.
+isa=(-DGGML_NATIVE=OFF)
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && grep -qw f16c /proc/cpuinfo; then
+    isa+=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
+fi
 cmake -S "$INTEGRATION_DIR" -B "$LLAMA_BUILD" -DCMAKE_BUILD_TYPE=Release \
-    -DLLAMA_SRC="$LLAMA_SRC" -DLLAMA_CURL=OFF "${capi_opt[@]}" >"$LLAMA_CACHE/configure.log" 2>&1 \
+    -DLLAMA_SRC="$LLAMA_SRC" -DLLAMA_CURL=OFF "${isa[@]}" "${capi_opt[@]}" >"$LLAMA_CACHE/configure.log" 2>&1 \
     || { cat "$LLAMA_CACHE/configure.log" >&2; fail "cmake configure"; }
 targets=(--target pleio-llama-driver)
 if [ -f "$PLEIO_CAPI_LIB" ]; then
