@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 mod error;
+mod open;
 mod output;
 
 pub mod cache;
@@ -45,7 +46,8 @@ pub use cache::CachePolicy;
 pub use error::{Error, ErrorKind, Result};
 pub use fetch::{GatherStats, GatherTotals, Strategy, Table};
 pub use layout::{Layout, RowId};
-pub use output::Dtype;
+pub use open::OpenOptions;
+pub use output::{Dtype, Rounding};
 
 /// The README's code blocks, compiled by `cargo test --doc`.
 #[cfg(doctest)]

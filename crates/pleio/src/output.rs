@@ -100,6 +100,57 @@ impl Decoder {
     }
 }
 
+/// How 16-bit outputs are rounded: pleio's exact rule, or an engine's
+/// own, reproduced bit for bit so that a drop-in gives the engine's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Rounding {
+    /// The stored value, computed exactly (in f32, where every product of
+    /// the encodings is exact) and rounded once to the output type.
+    #[default]
+    Exact,
+    /// vLLM's and SGLang's rule: an FP8 table's scale is rounded to the
+    /// output type first, then `e4m3 * scale` is rounded to it
+    /// (`rows.to(dtype) * weight_scale.to(dtype)` in torch).
+    Vllm,
+    /// mlx's `mx.dequantize` for MLX affine 4-bit: the output type's
+    /// arithmetic, rounded after each operation (`(scale * q) + bias`).
+    Mlx,
+}
+
+impl Rounding {
+    /// Every rule.
+    pub const ALL: &'static [Rounding] = &[Rounding::Exact, Rounding::Vllm, Rounding::Mlx];
+
+    /// The name used on the command line and in the bindings.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rounding::Exact => "exact",
+            Rounding::Vllm => "vllm",
+            Rounding::Mlx => "mlx",
+        }
+    }
+}
+
+impl fmt::Display for Rounding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Rounding {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let l = s.to_ascii_lowercase();
+        let l = if l == "sglang" { "vllm".to_string() } else { l };
+        Rounding::ALL
+            .iter()
+            .copied()
+            .find(|r| r.name() == l)
+            .ok_or_else(|| format!("unknown rounding rule {s:?} (known: exact, vllm, sglang, mlx)"))
+    }
+}
+
 /// The element type rows are gathered as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]

@@ -304,6 +304,20 @@ impl CheckpointTable {
         discover::open(path)
     }
 
+    /// [`CheckpointTable::open`] for the PLE table of decoder layer `layer`
+    /// (0-based; `None`: the first PLE layer's table).
+    pub fn open_layer(
+        path: &std::path::Path,
+        layer: Option<u64>,
+    ) -> Result<CheckpointTable, CheckpointError> {
+        match layer {
+            None => discover::open(path),
+            Some(l) => Err(CheckpointError::Unsupported {
+                what: format!("choosing PLE layer {l}"),
+            }),
+        }
+    }
+
     /// Bytes of a row, all parts together.
     pub fn row_bytes(&self) -> u64 {
         self.shards

@@ -39,7 +39,7 @@ use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 
 use crate::cache::{CacheCounters, CachePolicy, Sizing};
-use crate::checkpoint::{is_checkpoint_path, CheckpointError, CheckpointTable, TableKind};
+use crate::checkpoint::{CheckpointError, CheckpointTable, TableKind};
 use crate::error::Error;
 use crate::io::IoError;
 use crate::layout::{Layout, RowFormat, RowId, TableError};
@@ -47,7 +47,7 @@ use crate::lookahead::Lookahead;
 use crate::map::{CopyError, Mapping};
 use crate::model::Model;
 use crate::ngram::{Gemma4Rows, ModelRows};
-use crate::output::{Decoder, Dtype, Out};
+use crate::output::{Decoder, Dtype, Out, Rounding};
 use crate::page_plan::{Bounds, Planner, RowSpan};
 use crate::quant::DecodeError;
 use crate::sys::{self, AdviceOutcome, Advisor, MemRun};
@@ -443,12 +443,24 @@ impl Table {
     ///   in shard order, wherever they are) or Gemma 4's
     ///   `embed_tokens_per_layer.weight` (see [`crate::checkpoint`]).
     pub fn open(path: impl AsRef<Path>) -> Result<Table, Error> {
-        let path = path.as_ref();
-        if is_checkpoint_path(path) {
-            return Table::open_checkpoint(path);
+        crate::OpenOptions::new().open(path)
+    }
+
+    /// A GGUF file's (or split set's) PLE table, or its 2-D tensor
+    /// `tensor`; `layer`, if given, must be a PLE layer of the model.
+    pub(crate) fn open_gguf(
+        path: &Path,
+        tensor: Option<&str>,
+        layer: Option<u64>,
+    ) -> Result<Table, Error> {
+        if let Some(l) = layer {
+            return Err(Error::from(CheckpointError::Unsupported {
+                what: format!("choosing PLE layer {l} of a GGUF file"),
+            })
+            .in_file(path));
         }
         let model = Model::open(path).map_err(|e| Error::from(e).in_file(path))?;
-        Table::from_model(Arc::new(model)).map_err(|e| e.in_file(path))
+        Table::of_tensor_or_ple(Arc::new(model), tensor).map_err(|e| e.in_file(path))
     }
 
     /// Opens the PLE table of a safetensors checkpoint (a directory, an
@@ -494,17 +506,7 @@ impl Table {
         path: impl AsRef<Path>,
         tensor: Option<&str>,
     ) -> Result<Table, Error> {
-        let path = path.as_ref();
-        match tensor {
-            None => Table::open(path),
-            Some(name) if is_checkpoint_path(path) => Err(Error::from(CheckpointError::Unsupported {
-                what: format!(
-                    "tensor {name:?} of a safetensors checkpoint: pleio reads its PLE table only (leave out the tensor name)"
-                ),
-            })
-            .in_file(path)),
-            Some(name) => Table::open_tensor(path, name),
-        }
+        crate::OpenOptions::new().tensor_opt(tensor).open(path)
     }
 
     /// Opens the 2-D tensor `tensor` of a GGUF file (or split set) as a table.
@@ -592,6 +594,19 @@ impl Table {
     pub fn with_detailed_stats(mut self, on: bool) -> Table {
         self.detailed = on;
         self
+    }
+
+    /// Rounds 16-bit outputs by `rounding` (see [`Rounding`]); a rule
+    /// that does not apply to this table's encoding is an
+    /// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) error.
+    pub fn with_rounding(self, rounding: Rounding) -> Result<Table, Error> {
+        if rounding == Rounding::Exact {
+            return Ok(self);
+        }
+        Err(self.locate(GatherError::Setup {
+            backend: "decoder",
+            reason: format!("rounding rule {rounding} is not available yet"),
+        }))
     }
 
     /// The strategy [`Table::gather`] uses.
