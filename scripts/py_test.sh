@@ -2,12 +2,16 @@
 # Builds and installs the Python package the way a user does (`pip install
 # crates/pleio-py`: maturin and the Rust toolchain) into a virtual
 # environment outside the clone, installs the test dependencies, and runs
-# the pytest suite (crates/pleio-py/tests) against the `pleio` CLI.
+# the pytest suite (crates/pleio-py/tests) against the `pleio` CLI. The venv
+# is the torch one (integrations/transformers/venv.sh), so the torch door's
+# tests run; where torch cannot be installed, a plain venv, and those tests
+# say SKIPPED with the reason.
 #
 #   scripts/py_test.sh [PATH/TO/pleio] [PYTEST ARGS...]
 #
 # PATH/TO/pleio defaults to target/release/pleio (built if missing). The
-# venv is ${PLEIO_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/pleio}/venv, the
+# venv is ${PLEIO_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/pleio}/torch-venv
+# (else .../venv), the
 # extension's cargo target directory .../target-py (kept between runs, so a
 # rebuild compiles only what changed). Exits with pytest's status, except
 # that a run which collected no test (pytest's 5) is a failure (1).
@@ -31,6 +35,11 @@ PLEIO_BIN=$(realpath "$PLEIO_BIN")
 export PLEIO_BIN
 
 mkdir -p "$CACHE"
+if TORCH_PY=$(bash "$ROOT/integrations/transformers/venv.sh"); then
+    VENV=$(dirname "$(dirname "$TORCH_PY")")
+else
+    echo "py_test: no torch venv (see above): the torch door's tests will be SKIPPED" >&2
+fi
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
@@ -44,7 +53,7 @@ echo "py_test: pip install $ROOT/crates/pleio-py (cargo target $CARGO_TARGET_DIR
 
 cd "$ROOT/crates/pleio-py"
 status=0
-"$VENV/bin/python" -m pytest tests -q "$@" || status=$?
+"$VENV/bin/python" -m pytest tests -q -rs "$@" || status=$?
 if [ "$status" -eq 5 ]; then
     echo "py_test: pytest collected no test" >&2
     exit 1

@@ -15,6 +15,7 @@ use pyo3::types::{PyList, PyTuple};
 
 use pleio::Dtype;
 
+use crate::dlpack::DlView;
 use crate::errors;
 
 /// `numpy` functions called from here, looked up once.
@@ -64,8 +65,10 @@ pub enum Ints<'py> {
     I32(PyReadonlyArray1<'py, i32>),
     /// A uint32 array.
     U32(PyReadonlyArray1<'py, u32>),
-    /// Copied (a list, or an array that was not contiguous).
+    /// Copied (a list, an array that was not contiguous, a DLPack tensor).
     Owned(Vec<i64>),
+    /// Copied uint64 ids (a DLPack tensor of uint64).
+    OwnedU64(Vec<u64>),
 }
 
 /// The integers of [`Ints`] as a slice, to hand to the engine without the
@@ -141,7 +144,39 @@ impl<'py> Ints<'py> {
             Ints::I32(a) => IntSlice::I32(a.as_slice().unwrap_or(&[])),
             Ints::U32(a) => IntSlice::U32(a.as_slice().unwrap_or(&[])),
             Ints::Owned(v) => IntSlice::I64(v),
+            Ints::OwnedU64(v) => IntSlice::U64(v),
         }
+    }
+
+    /// Reads `obj` as integers of any shape (see [`Ints::extract`]) and
+    /// returns them with that shape (a list or tuple is 1-D).
+    pub fn extract_shaped(
+        obj: &Bound<'py, PyAny>,
+        what: &str,
+    ) -> PyResult<(Ints<'py>, Vec<usize>)> {
+        if let Ok(arr) = obj.cast::<PyUntypedArray>() {
+            let shape = arr.shape().to_vec();
+            return Ok((Ints::extract(obj, what)?, shape));
+        }
+        let mut dl_shape = None;
+        if obj.cast::<PyList>().is_err() && obj.cast::<PyTuple>().is_err() {
+            if let Some(view) = DlView::of(obj, what)? {
+                dl_shape = Some(view.shape().to_vec());
+                if view.is_contiguous() {
+                    let (mut i64s, mut u64s) = (Vec::new(), Vec::new());
+                    let shape = view.shape().to_vec();
+                    let ints = if view.copy_ids(what, &mut i64s, &mut u64s)? {
+                        Ints::OwnedU64(u64s)
+                    } else {
+                        Ints::Owned(i64s)
+                    };
+                    return Ok((ints, shape));
+                }
+            }
+        }
+        let ints = Ints::extract(obj, what)?;
+        let n = ints.slice().len();
+        Ok((ints, dl_shape.unwrap_or_else(|| vec![n])))
     }
 
     /// Reads `obj` as a 1-D sequence of integers: a list or tuple of ints, a
@@ -210,12 +245,14 @@ impl<'py> Ints<'py> {
                 type_name(obj)
             )));
         }
-        if arr.ndim() != 1 {
-            return Err(PyValueError::new_err(format!(
-                "{what} must be 1-D, got an array of shape {:?} (use .ravel())",
-                arr.shape()
-            )));
-        }
+        let flat;
+        let arr = if arr.ndim() == 1 {
+            arr
+        } else {
+            // Any shape: its elements in C order (a view when contiguous).
+            flat = arr.call_method0("ravel")?.cast_into::<PyUntypedArray>()?;
+            &flat
+        };
         macro_rules! borrowed {
             ($t:ty, $variant:ident) => {
                 if let Ok(a) = arr.cast::<PyArray1<$t>>() {
@@ -281,6 +318,18 @@ pub enum Target<'a> {
     Bytes(&'a mut [u8]),
 }
 
+impl<'a> Target<'a> {
+    /// `bytes` for `dtype`: as floats for float32 when they are aligned
+    /// (the engine decodes straight into them), else as bytes.
+    pub fn of_bytes(dtype: Dtype, bytes: &'a mut [u8]) -> Target<'a> {
+        let aligned = (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<f32>());
+        if dtype == Dtype::F32 && aligned && bytes.len().is_multiple_of(4) {
+            return Target::F32(bytemuck::cast_slice_mut(bytes));
+        }
+        Target::Bytes(bytes)
+    }
+}
+
 impl<'py> OutBuf<'py> {
     /// The memory to write, as the engine takes it.
     pub fn target(&mut self) -> PyResult<Target<'_>> {
@@ -304,9 +353,9 @@ impl<'py> OutBuf<'py> {
     pub fn new(
         py: Python<'py>,
         dtype: Dtype,
-        shape: [usize; 2],
+        shape: &[usize],
     ) -> PyResult<(Bound<'py, PyAny>, OutBuf<'py>)> {
-        let dims = IxDyn(&shape);
+        let dims = IxDyn(shape);
         macro_rules! fresh {
             ($t:ty, $variant:ident) => {{
                 let a = PyArrayDyn::<$t>::zeros(py, dims, false);

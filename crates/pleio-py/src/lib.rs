@@ -4,13 +4,16 @@
 //!
 //! The bindings convert and check arguments and nothing more: ids and
 //! tokens are read in place from NumPy arrays (or copied from lists),
-//! `out` buffers are borrowed through rust-numpy's borrow checking (so
-//! this crate needs no `unsafe`), engine errors become `pleio.Error`
+//! `out` buffers are borrowed through rust-numpy's borrow checking, DLPack
+//! tensors (torch) are read by `dlpack`, the one module with `unsafe`
+//! (a capsule is a raw C struct), engine errors become `pleio.Error`
 //! subclasses, and every gather, prefetch and wait runs with the GIL
 //! released.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod convert;
+#[allow(unsafe_code)] // DLPack capsules: raw C structs, checked before use
+mod dlpack;
 mod errors;
 mod table;
 

@@ -6,16 +6,17 @@ use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use numpy::{PyArray1, PyArrayMethods};
+use numpy::{PyArray1, PyArrayMethods, PyUntypedArray};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use pleio::lookahead::Lookahead;
 use pleio::ngram::{ModelRows, OwnedSequence, RowMapper};
-use pleio::{Dtype, Strategy};
+use pleio::{Dtype, OpenOptions, Rounding, Strategy};
 
 use crate::convert::{IntSlice, Ints, OutBuf, Target};
+use crate::dlpack::DlView;
 use crate::errors::{self, IntoPy};
 
 thread_local! {
@@ -74,6 +75,11 @@ fn parse_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Dtype> {
 #[pyclass(module = "pleio", frozen)]
 pub struct Table {
     table: pleio::Table,
+    /// The rule `table` was opened with.
+    rounding: Rounding,
+    /// The table with each other rule, made on first use by `gather(...,
+    /// rounding=)` (clones share the file and backends).
+    by_rule: [OnceLock<pleio::Table>; 3],
     lookahead: OnceLock<Lookahead>,
     lookahead_start: Mutex<()>,
 }
@@ -94,6 +100,24 @@ impl Table {
         Ok(self.lookahead.get_or_init(|| l))
     }
 
+    /// The table gathering with `rounding` (a rule name; `None`: the one
+    /// it was opened with).
+    fn with_rule(&self, py: Python<'_>, rounding: Option<&str>) -> PyResult<&pleio::Table> {
+        let Some(name) = rounding else {
+            return Ok(&self.table);
+        };
+        let rule: Rounding = name.parse().map_err(PyValueError::new_err)?;
+        if rule == self.rounding {
+            return Ok(&self.table);
+        }
+        let slot = Rounding::ALL.iter().position(|r| *r == rule).unwrap_or(0);
+        if let Some(t) = self.by_rule[slot].get() {
+            return Ok(t);
+        }
+        let t = self.table.clone().with_rounding(rule).py_err(py)?;
+        Ok(self.by_rule[slot].get_or_init(|| t))
+    }
+
     fn elems(&self, dtype: Dtype) -> usize {
         match dtype {
             Dtype::Raw => self.table.row_bytes() as usize,
@@ -103,33 +127,46 @@ impl Table {
 }
 
 /// Opens the per-layer-embedding table of a GGUF file (any shard of a split
-/// set), or the 2-D tensor ``tensor``.
+/// set) or a safetensors checkpoint (its directory, index, one
+/// ``.safetensors`` file or an mlx-vlm ``ple-store.json``), or the 2-D
+/// tensor ``tensor`` of a GGUF file.
 ///
 /// ``strategy`` picks how rows are read: "auto" (default), "fault",
 /// "advise", "pread", "uring", "uring-direct", "pool" or "cached" (a row
 /// cache of the library's default budget, 256 MiB); every strategy gives
-/// the same bytes. Raises :class:`pleio.NotFoundError` (a
-/// ``FileNotFoundError``) for a missing file and
-/// :class:`pleio.InvalidFileError` (a ``ValueError``) for a file or tensor
-/// pleio cannot use.
+/// the same bytes. ``layer`` opens the PLE table of decoder layer ``layer``
+/// (0-based, ``model.model.layers[layer]``; default: the first PLE layer).
+/// ``rounding`` is the rule of 16-bit outputs: "exact" (default), "vllm"
+/// (also "sglang": an FP8 scale rounded to the output type first) or
+/// "mlx" (``mx.dequantize``'s per-operation bf16 for MLX 4-bit). Raises
+/// :class:`pleio.NotFoundError` (a ``FileNotFoundError``) for a missing
+/// file and :class:`pleio.InvalidFileError` (a ``ValueError``) for a file,
+/// tensor, layer or rule pleio cannot use.
 #[pyfunction]
-#[pyo3(signature = (path, tensor=None, strategy="auto"))]
+#[pyo3(signature = (path, tensor=None, strategy="auto", layer=None, rounding=None))]
 pub fn open(
     py: Python<'_>,
     path: PathBuf,
     tensor: Option<String>,
     strategy: &str,
+    layer: Option<u64>,
+    rounding: Option<&str>,
 ) -> PyResult<Table> {
     let strategy: Strategy = strategy.parse().map_err(PyValueError::new_err)?;
-    let table = py
-        .detach(|| match &tensor {
-            None => pleio::Table::open(&path),
-            Some(t) => pleio::Table::open_tensor(&path, t),
-        })
-        .py_err(py)?
-        .with_strategy(strategy);
+    let rounding: Rounding = rounding
+        .unwrap_or("exact")
+        .parse()
+        .map_err(PyValueError::new_err)?;
+    let opts = OpenOptions::new()
+        .tensor_opt(tensor.as_deref())
+        .layer_opt(layer)
+        .strategy(strategy)
+        .rounding(rounding);
+    let table = py.detach(|| opts.open(&path)).py_err(py)?;
     Ok(Table {
         table,
+        rounding,
+        by_rule: Default::default(),
         lookahead: OnceLock::new(),
         lookahead_start: Mutex::new(()),
     })
@@ -218,28 +255,48 @@ impl Table {
     /// naming a bad id and the row count, :class:`pleio.OutputError`
     /// (``ValueError``) for a bad ``out``, :class:`pleio.ReadError`
     /// (``OSError``) when reading fails. Releases the GIL.
-    #[pyo3(signature = (ids, out=None, dtype=None))]
+    #[pyo3(signature = (ids, out=None, dtype=None, rounding=None))]
     fn gather<'py>(
         &self,
         py: Python<'py>,
         ids: &Bound<'py, PyAny>,
         out: Option<&Bound<'py, PyAny>>,
         dtype: Option<&Bound<'py, PyAny>>,
+        rounding: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let dtype = dtype.map(parse_dtype).transpose()?.unwrap_or(Dtype::F32);
-        let ids = Ints::extract(ids, "ids")?;
+        let table = self.with_rule(py, rounding)?;
+        let (ids, mut shape) = Ints::extract_shaped(ids, "ids")?;
         let ids = ids.slice();
         let n = ids.len();
         let elems = self.elems(dtype);
         let need = n
             .checked_mul(elems)
             .ok_or_else(|| errors::output(py, format!("{n} rows do not fit in memory")))?;
-        let (result, mut buf) = match out {
-            Some(o) => (o.clone(), OutBuf::borrow(o, dtype, need)?),
-            None => OutBuf::new(py, dtype, [n, elems])?,
+        let (mut np_buf, mut dl_buf);
+        let (result, target) = match out {
+            Some(o) if o.cast::<PyUntypedArray>().is_err() => match DlView::of_out(o)? {
+                Some(view) => {
+                    dl_buf = view;
+                    let bytes = dl_buf.out_bytes(py, dtype, need)?;
+                    (o.clone(), Target::of_bytes(dtype, bytes))
+                }
+                None => {
+                    np_buf = OutBuf::borrow(o, dtype, need)?;
+                    (o.clone(), np_buf.target()?)
+                }
+            },
+            Some(o) => {
+                np_buf = OutBuf::borrow(o, dtype, need)?;
+                (o.clone(), np_buf.target()?)
+            }
+            None => {
+                shape.push(elems);
+                let (r, b) = OutBuf::new(py, dtype, &shape)?;
+                np_buf = b;
+                (r, np_buf.target()?)
+            }
         };
-        let target = buf.target()?;
-        let table = &self.table;
         py.detach(|| {
             with_rows(table, ids, |rows| match target {
                 Target::F32(o) => table.gather(rows, o),
@@ -256,7 +313,7 @@ impl Table {
     /// the rows. The ids are checked now (a bad id raises here) and copied.
     /// Overlap the next batch's reads with this batch's compute.
     fn prefetch(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<Prefetch> {
-        let ids = Ints::extract(ids, "ids")?;
+        let (ids, _) = Ints::extract_shaped(ids, "ids")?;
         let ids = ids.slice();
         let n = ids.len();
         let pending = py

@@ -137,8 +137,13 @@ def test_bad_ids_types(q):
         t.gather(np.array([1.0, 2.0]))
     with pytest.raises(TypeError):
         t.gather("12")
-    with pytest.raises(ValueError, match="1-D"):
-        t.gather(np.zeros((2, 2), dtype=np.int64))
+    # any shape: the result is ids.shape + (row_elems,), rows in C order
+    two = np.array([[1, 2], [3, 1]], dtype=np.int64)
+    got = t.gather(two)
+    assert got.shape == (2, 2, q.row_elems)
+    assert np.array_equal(got.reshape(4, -1), t.gather(two.ravel()))
+    assert t.gather(np.asfortranarray(two)).shape == (2, 2, q.row_elems)
+    assert np.array_equal(t.gather(np.asfortranarray(two)), got)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "raw"])
