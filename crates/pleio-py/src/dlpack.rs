@@ -97,6 +97,9 @@ const FLAG_READ_ONLY: u64 = 1;
 struct Torch {
     tensor: Py<PyAny>,
     to_dlpack: Py<PyAny>,
+    empty: Py<PyAny>,
+    /// torch.float32, bfloat16, float16, uint8 and the pleio dtype of each.
+    dtypes: [(Py<PyAny>, Dtype); 4],
 }
 
 static TORCH: PyOnceLock<Option<Torch>> = PyOnceLock::new();
@@ -117,6 +120,7 @@ fn torch(py: Python<'_>) -> Option<&Torch> {
     TORCH
         .get_or_init(py, || {
             let t = py.import("torch").ok()?;
+            let dt = |name: &str, d: Dtype| Some((t.getattr(name).ok()?.unbind(), d));
             Some(Torch {
                 tensor: t.getattr("Tensor").ok()?.unbind(),
                 to_dlpack: t
@@ -124,9 +128,57 @@ fn torch(py: Python<'_>) -> Option<&Torch> {
                     .and_then(|c| c.getattr("_to_dlpack"))
                     .ok()?
                     .unbind(),
+                empty: t.getattr("empty").ok()?.unbind(),
+                dtypes: [
+                    dt("float32", Dtype::F32)?,
+                    dt("bfloat16", Dtype::Bf16)?,
+                    dt("float16", Dtype::F16)?,
+                    dt("uint8", Dtype::Raw)?,
+                ],
             })
         })
         .as_ref()
+}
+
+fn torch_or_err(py: Python<'_>) -> PyResult<&Torch> {
+    torch(py)
+        .ok_or_else(|| PyTypeError::new_err("pleio.torch needs torch (pip install pleio[torch])"))
+}
+
+/// The pleio dtype of a torch dtype (`None`: float32), and the torch dtype.
+pub fn torch_dtype<'py>(
+    py: Python<'py>,
+    dtype: Option<&Bound<'py, PyAny>>,
+) -> PyResult<(Dtype, Bound<'py, PyAny>)> {
+    let t = torch_or_err(py)?;
+    let Some(d) = dtype else {
+        return Ok((Dtype::F32, t.dtypes[0].0.bind(py).clone()));
+    };
+    for (obj, pd) in &t.dtypes {
+        if d.is(obj.bind(py)) {
+            return Ok((*pd, d.clone()));
+        }
+    }
+    Err(PyTypeError::new_err(format!(
+        "dtype must be torch.float32, torch.bfloat16, torch.float16 or torch.uint8 (the stored \
+         bytes), not {}",
+        d.repr().map(|r| r.to_string()).unwrap_or_default()
+    )))
+}
+
+/// A new torch tensor of `dtype` and `shape` (`elems` elements in all),
+/// allocated flat and viewed (cheaper in torch than a shaped `empty`).
+pub fn torch_empty<'py>(
+    py: Python<'py>,
+    elems: usize,
+    shape: &[usize],
+    dtype: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let t = torch_or_err(py)?;
+    let kw = pyo3::types::PyDict::new(py);
+    kw.set_item("dtype", dtype)?;
+    let flat = t.empty.bind(py).call((elems,), Some(&kw))?;
+    flat.call_method1("view", (pyo3::types::PyTuple::new(py, shape)?,))
 }
 
 /// A DLPack tensor borrowed from Python for one call.

@@ -172,6 +172,104 @@ pub fn open(
     })
 }
 
+impl Table {
+    /// The gather behind `Table.gather` and `pleio.torch.gather`: with no
+    /// `out`, a new NumPy array, or a new torch tensor when `torch_dtype`
+    /// is given.
+    fn gather_impl<'py>(
+        &self,
+        py: Python<'py>,
+        ids: &Bound<'py, PyAny>,
+        out: Option<&Bound<'py, PyAny>>,
+        dtype: Dtype,
+        rounding: Option<&str>,
+        torch_dtype: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let table = self.with_rule(py, rounding)?;
+        let (ids, mut shape) = Ints::extract_shaped(ids, "ids")?;
+        let ids = ids.slice();
+        let n = ids.len();
+        let elems = self.elems(dtype);
+        let need = n
+            .checked_mul(elems)
+            .ok_or_else(|| errors::output(py, format!("{n} rows do not fit in memory")))?;
+        let fresh;
+        let out = match (out, torch_dtype) {
+            (None, Some(tdt)) => {
+                shape.push(elems);
+                fresh = crate::dlpack::torch_empty(py, need, &shape, tdt)?;
+                Some(&fresh)
+            }
+            (o, _) => o,
+        };
+        let (mut np_buf, mut dl_buf);
+        let (result, target) = match out {
+            Some(o) if o.cast::<PyUntypedArray>().is_err() => match DlView::of_out(o)? {
+                Some(view) => {
+                    dl_buf = view;
+                    let bytes = dl_buf.out_bytes(py, dtype, need)?;
+                    (o.clone(), Target::of_bytes(dtype, bytes))
+                }
+                None => {
+                    np_buf = OutBuf::borrow(o, dtype, need)?;
+                    (o.clone(), np_buf.target()?)
+                }
+            },
+            Some(o) => {
+                np_buf = OutBuf::borrow(o, dtype, need)?;
+                (o.clone(), np_buf.target()?)
+            }
+            None => {
+                shape.push(elems);
+                let (r, b) = OutBuf::new(py, dtype, &shape)?;
+                np_buf = b;
+                (r, np_buf.target()?)
+            }
+        };
+        py.detach(|| {
+            with_rows(table, ids, |rows| match target {
+                Target::F32(o) => table.gather(rows, o),
+                Target::Bytes(o) => table.gather_as(dtype, rows, o),
+            })
+        })
+        .py_err(py)?;
+        Ok(result)
+    }
+}
+
+/// The rows ``ids`` of ``table`` as a torch tensor of shape
+/// ``ids.shape + (table.row_elems,)`` (``+ (table.row_bytes,)`` for
+/// ``torch.uint8``, the stored bytes), in request order, duplicates
+/// repeated. Releases the GIL.
+///
+/// ids: a CPU torch integer tensor of any shape (or anything
+///     :meth:`pleio.Table.gather` takes). The ids are copied once, then
+///     checked: a bad id raises :class:`pleio.RowOutOfRangeError` and
+///     nothing is written.
+/// dtype: torch.float32, torch.bfloat16, torch.float16 or torch.uint8.
+/// out: optional C-contiguous CPU tensor of that dtype (pinned memory
+///     included) with exactly the result's element count: written in place
+///     and returned. A tensor on another device, of another dtype or
+///     size, not contiguous, or requiring grad raises
+///     :class:`pleio.OutputError` and is left untouched.
+/// rounding: the rule of 16-bit outputs for this call ("exact", "vllm",
+///     "sglang", "mlx"); default: the one the table was opened with.
+#[pyfunction]
+#[pyo3(name = "torch_gather", signature = (table, ids, dtype=None, out=None, rounding=None))]
+pub fn torch_gather<'py>(
+    py: Python<'py>,
+    table: &Bound<'py, Table>,
+    ids: &Bound<'py, PyAny>,
+    dtype: Option<&Bound<'py, PyAny>>,
+    out: Option<&Bound<'py, PyAny>>,
+    rounding: Option<&str>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (dt, tdt) = crate::dlpack::torch_dtype(py, dtype)?;
+    table
+        .get()
+        .gather_impl(py, ids, out, dt, rounding, Some(&tdt))
+}
+
 #[pymethods]
 impl Table {
     /// Rows in the table.
@@ -232,13 +330,14 @@ impl Table {
     }
 
     /// Gathers the rows ``ids`` (in order, duplicates repeated) and returns
-    /// them as an array of shape ``(len(ids), row_elems)``
-    /// (``(len(ids), row_bytes)`` for "raw").
+    /// them as an array of shape ``ids.shape + (row_elems,)``
+    /// (``+ (row_bytes,)`` for "raw"); a list or tuple is 1-D.
     ///
-    /// ids: a 1-D sequence of integers: list, tuple, NumPy array of any
-    ///     integer dtype (int64, uint64, int32 and uint32 are read in place),
-    ///     anything with the buffer protocol, or a CPU tensor with
-    ///     ``__dlpack__``.
+    /// ids: integers of any shape (rows in C order): list, tuple, NumPy
+    ///     array of any integer dtype (int64, uint64, int32 and uint32 are
+    ///     read in place), anything with the buffer protocol, or a CPU
+    ///     tensor with ``__dlpack__`` (torch tensors are read through
+    ///     DLPack in Rust, their ids copied once before they are checked).
     /// dtype: "float32" (exactly ggml's to_float), "bfloat16" and "float16"
     ///     (rounded to nearest even from that float32; bfloat16 arrays are
     ///     ``ml_dtypes.bfloat16`` when ml_dtypes is importable, else
@@ -246,8 +345,14 @@ impl Table {
     /// out: optional writable C-contiguous buffer of exactly the result's
     ///     element count and dtype (float32; bfloat16 or uint16; float16 or
     ///     uint16; uint8): a NumPy array, memoryview, bytearray, or a CPU
-    ///     tensor with ``__dlpack__`` (e.g. pinned host memory). Rows are
-    ///     written into it in place, and it is returned.
+    ///     tensor with ``__dlpack__`` (e.g. pinned host memory; torch's
+    ///     bfloat16 included). Rows are written into it in place, and it is
+    ///     returned.
+    /// rounding: the rule of 16-bit outputs for this call: "exact"
+    ///     (default: the value rounded once), "vllm"/"sglang" or "mlx" (the
+    ///     engine's own arithmetic); default the one :func:`pleio.open` was
+    ///     given. A rule that does not apply to the table's encoding raises
+    ///     :class:`pleio.InvalidFileError`.
     ///
     /// Every id and ``out`` are checked before anything is read; on any
     /// error nothing is written to ``out``. Raises
@@ -265,46 +370,7 @@ impl Table {
         rounding: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let dtype = dtype.map(parse_dtype).transpose()?.unwrap_or(Dtype::F32);
-        let table = self.with_rule(py, rounding)?;
-        let (ids, mut shape) = Ints::extract_shaped(ids, "ids")?;
-        let ids = ids.slice();
-        let n = ids.len();
-        let elems = self.elems(dtype);
-        let need = n
-            .checked_mul(elems)
-            .ok_or_else(|| errors::output(py, format!("{n} rows do not fit in memory")))?;
-        let (mut np_buf, mut dl_buf);
-        let (result, target) = match out {
-            Some(o) if o.cast::<PyUntypedArray>().is_err() => match DlView::of_out(o)? {
-                Some(view) => {
-                    dl_buf = view;
-                    let bytes = dl_buf.out_bytes(py, dtype, need)?;
-                    (o.clone(), Target::of_bytes(dtype, bytes))
-                }
-                None => {
-                    np_buf = OutBuf::borrow(o, dtype, need)?;
-                    (o.clone(), np_buf.target()?)
-                }
-            },
-            Some(o) => {
-                np_buf = OutBuf::borrow(o, dtype, need)?;
-                (o.clone(), np_buf.target()?)
-            }
-            None => {
-                shape.push(elems);
-                let (r, b) = OutBuf::new(py, dtype, &shape)?;
-                np_buf = b;
-                (r, np_buf.target()?)
-            }
-        };
-        py.detach(|| {
-            with_rows(table, ids, |rows| match target {
-                Target::F32(o) => table.gather(rows, o),
-                Target::Bytes(o) => table.gather_as(dtype, rows, o),
-            })
-        })
-        .py_err(py)?;
-        Ok(result)
+        self.gather_impl(py, ids, out, dtype, rounding, None)
     }
 
     /// Starts fetching the rows ``ids`` as float32 in the background (one

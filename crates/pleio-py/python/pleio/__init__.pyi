@@ -9,8 +9,8 @@ import numpy.typing as npt
 
 __version__: str
 
-#: ids and tokens: a 1-D sequence of integers (list, tuple, NumPy integer
-#: array, buffer, or a CPU tensor with __dlpack__).
+#: ids: integers of any shape (list, tuple, NumPy integer array, buffer, or a
+#: CPU tensor with __dlpack__, torch's read in Rust); tokens: 1-D.
 IntsLike = Union[_Seq[int], npt.ArrayLike, Any]
 #: dtype names (or a NumPy dtype of those names).
 DtypeLike = Union[
@@ -19,6 +19,7 @@ DtypeLike = Union[
     type,
 ]
 Strategy = Literal["auto", "fault", "advise", "pread", "uring", "uring-direct", "pool", "cached"]
+Rounding = Literal["exact", "vllm", "sglang", "mlx"]
 
 class Error(Exception):
     """Base class of every error pleio raises."""
@@ -51,8 +52,13 @@ def open(
     path: Union[str, "os.PathLike[str]"],
     tensor: Optional[str] = None,
     strategy: Strategy = "auto",
+    layer: Optional[int] = None,
+    rounding: Optional[Rounding] = None,
 ) -> Table:
-    """Opens the per-layer-embedding table of a GGUF file (or the 2-D tensor `tensor`)."""
+    """Opens the per-layer-embedding table of a GGUF file or safetensors
+    checkpoint (decoder layer `layer`'s, 0-based; default the first PLE
+    layer), or the 2-D tensor `tensor` of a GGUF file; `rounding` is the
+    rule of 16-bit outputs."""
 
 def row_ids(table: Table, tokens: IntsLike) -> npt.NDArray[np.int64]:
     """Row ids of `tokens` as one fresh sequence: shape (len(tokens), rows_per_token)."""
@@ -80,8 +86,9 @@ class Table:
         ids: IntsLike,
         out: Optional[Any] = None,
         dtype: Optional[DtypeLike] = None,
+        rounding: Optional[Rounding] = None,
     ) -> Any:
-        """Rows `ids` as an array of shape (len(ids), row_elems) (row_bytes for "raw").
+        """Rows `ids` as an array of shape ids.shape + (row_elems,) (row_bytes for "raw").
 
         dtype "float32" (default), "bfloat16" (ml_dtypes.bfloat16 when importable,
         else uint16 bit patterns), "float16", "raw" (uint8). With `out`, writes into

@@ -25,7 +25,7 @@ import threading
 
 import torch
 
-from . import Table, open as _open
+from . import Table, _pleio, open as _open
 
 __all__ = ["PleEmbedding", "from_pretrained", "gather", "install", "ple_modules"]
 
@@ -47,33 +47,9 @@ def _dtype_name(dtype) -> str:
         ) from None
 
 
-def gather(table: Table, ids, dtype=torch.float32, out=None, rounding: str | None = None):
-    """The rows ``ids`` of ``table`` as a torch tensor of shape
-    ``ids.shape + (table.row_elems,)`` (``+ (table.row_bytes,)`` for
-    ``torch.uint8``, the stored bytes), in request order, duplicates
-    repeated.
-
-    ids: a CPU torch integer tensor of any shape (or anything
-        :meth:`pleio.Table.gather` takes). The ids are copied once, then
-        checked: a bad id raises :class:`pleio.RowOutOfRangeError` and
-        nothing is written.
-    dtype: torch.float32, torch.bfloat16, torch.float16 or torch.uint8.
-    out: optional C-contiguous CPU tensor of that dtype (pinned memory
-        included) with exactly the result's element count: written in place
-        and returned. A tensor on another device, of another dtype or
-        size, or not contiguous raises :class:`pleio.OutputError` and is
-        left untouched.
-    rounding: the rule of 16-bit outputs for this call ("exact", "vllm",
-        "sglang", "mlx"); default: the one the table was opened with.
-    """
-    name = _dtype_name(dtype)
-    if out is None:
-        if not isinstance(ids, torch.Tensor):
-            ids = torch.as_tensor(ids)
-        width = table.row_bytes if name == "raw" else table.row_elems
-        out = torch.empty((*ids.shape, width), dtype=dtype)
-    table.gather(ids, out=out, dtype=name, rounding=rounding)
-    return out
+# pleio.torch.gather(table, ids, dtype=torch.float32, out=None, rounding=None),
+# in Rust (see its docstring) to keep the call's cost near the NumPy door's.
+gather = _pleio.torch_gather
 
 
 class PleEmbedding(torch.nn.Module):
