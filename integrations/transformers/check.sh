@@ -6,6 +6,8 @@
 #
 #   integrations/transformers/check.sh [PATH/TO/pleio] [--rss]
 #
+# --rss (the pinned version only) also measures peak RSS of from_pretrained
+# against stock on a model with a 1.3 GB table.
 # Says SKIPPED (exit 0) with the reason when torch or transformers cannot be
 # installed, never "passed"; exits 1 when any check fails.
 set -euo pipefail
@@ -40,8 +42,11 @@ for tf in pinned newest; do
     fi
     echo "=== transformers check: $("$PY" -c 'import transformers; print(transformers.__version__)') ==="
     mkdir -p "$WORK/$tf"
+    extra=()
+    [ "$tf" = pinned ] && extra=("$@")
     "$PY" "$ROOT/integrations/transformers/check.py" --pleio "$PLEIO_BIN" --work "$WORK/$tf" \
-        --json "$WORK/$tf.json" "$@" || fail=1
+        --json "${PLEIO_TF_JSON_DIR:-$WORK}/transformers-$tf.json" ${extra[@]+"${extra[@]}"} || fail=1
+    rm -rf "${WORK:?}/$tf"
     unset PYTHONPATH
 done
 exit $fail
