@@ -198,11 +198,6 @@ pub struct DlView<'py> {
     read_only: bool,
 }
 
-// The data pointer is only used while the capsule (and so the tensor) is
-// held by this value; moving the view to the thread that gathers without
-// the GIL is what the numpy path does with its borrowed slices.
-unsafe impl Send for DlView<'_> {}
-
 impl<'py> DlView<'py> {
     /// `obj` as a DLPack tensor: `None` if it has no `__dlpack__`. A torch
     /// tensor goes through `torch._C._to_dlpack`; anything else through its
