@@ -53,3 +53,8 @@ pub use output::{Dtype, Rounding};
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The code blocks of docs/library.md, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/library.md")]
+pub struct DocsLibrary;
