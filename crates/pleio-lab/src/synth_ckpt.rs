@@ -103,7 +103,7 @@ impl ShardRows {
         }
         let v: Vec<u64> = match self {
             ShardRows::Even => {
-                if rows % parts != 0 {
+                if !rows.is_multiple_of(parts) {
                     return None;
                 }
                 vec![rows / parts; parts as usize]

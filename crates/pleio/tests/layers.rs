@@ -37,7 +37,7 @@ fn splitmix(v: u64) -> u64 {
 }
 
 fn is_prime(n: u64) -> bool {
-    n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0)
+    n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| !n.is_multiple_of(d))
 }
 
 fn nth_prime_after(start: u64, count: u64) -> u64 {
@@ -99,8 +99,8 @@ fn rows_of(d: &Derived, tokens: &[u64], eos: u64) -> Vec<u64> {
         }
         for n in 2..=3 {
             let mut mixed = ctx[0].wrapping_mul(d.mult[0]);
-            for j in 1..n {
-                mixed ^= ctx[j].wrapping_mul(d.mult[j]);
+            for (c, m) in ctx[1..n].iter().zip(&d.mult[1..n]) {
+                mixed ^= c.wrapping_mul(*m);
             }
             for g in 0..8 {
                 let h = (n - 2) * 8 + g;
