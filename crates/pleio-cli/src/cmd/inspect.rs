@@ -351,7 +351,7 @@ fn print_checkpoint(r: &Json, full: bool) {
                 } else {
                     " "
                 },
-                l["layer"],
+                l["layer"].as_u64().unwrap_or(0),
                 l["prefix"].as_str().unwrap_or(""),
                 l["rows"],
                 l["shards"],
