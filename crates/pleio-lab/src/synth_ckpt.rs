@@ -740,7 +740,7 @@ fn plan(spec: &CkptSpec, layout: &CkptLayout) -> Result<Vec<Vec<Planned>>, Synth
         let names = ["key_proj.weight", "norm_key.weight", "conv1d.weight"];
         files.push(Planned {
             name: format!(
-                "model.language_model.layers.{}.ple.{}",
+                "model.language_model.layers.{}.pad.{}",
                 filler,
                 names[filler % names.len()]
             ),

@@ -37,7 +37,10 @@ fn splitmix(v: u64) -> u64 {
 }
 
 fn is_prime(n: u64) -> bool {
-    n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| !n.is_multiple_of(d))
+    n >= 2
+        && (2..)
+            .take_while(|d| d * d <= n)
+            .all(|d| !n.is_multiple_of(d))
 }
 
 fn nth_prime_after(start: u64, count: u64) -> u64 {
