@@ -404,6 +404,25 @@ fn checkpoint_errors() {
         "{e}"
     );
     assert!(e.to_string().contains("[1, 3]"), "{e}");
+    // transformers' save_pretrained of a CausalLM: `model.layers.{i}.`,
+    // one unsplit table per layer.
+    let unsplit = |l: u64, rows: u64| {
+        (
+            format!("model.layers.{l}.ple.ple_embedding.ngram_embedding.weight"),
+            Dtype::BF16,
+            vec![rows, 8],
+            vec![],
+        )
+    };
+    write_ckpt(&d("unsplit"), &[vec![unsplit(2, 5), unsplit(0, 3)]], false);
+    let t = CheckpointTable::open(&d("unsplit")).unwrap();
+    assert_eq!(
+        (t.layer, t.ple_layers.clone(), t.rows),
+        (Some(0), vec![0, 2], 3)
+    );
+    let t = CheckpointTable::open_layer(&d("unsplit"), Some(2)).unwrap();
+    assert_eq!((t.layer, t.rows, t.shards.len()), (Some(2), 5, 1));
+    assert_eq!(t.prefix, "model.layers.2.ple.ple_embedding.");
     let same_layer = (
         "model.layers.1.ple.ple_embedding.ngram_embedding.shard_0.weight".to_string(),
         Dtype::BF16,
@@ -482,6 +501,15 @@ fn checkpoint_errors() {
                 expected: 384
             }
         ),
+        "{e}"
+    );
+    // A table on a layer config.json's ple_layer_ids does not list.
+    let mut c: serde_json::Value = serde_json::from_str(&cfg(3, 2)).unwrap();
+    c["text_config"]["ple_layer_ids"] = serde_json::json!([1, 3]);
+    std::fs::write(d("ok").join("config.json"), c.to_string()).unwrap();
+    let e = open_err(&d("ok"));
+    assert!(
+        matches!(&e, CheckpointError::LayerNotInConfig { layer: 1, ids } if ids == &[1, 3]),
         "{e}"
     );
     std::fs::write(d("ok").join("config.json"), "{not json").unwrap();
