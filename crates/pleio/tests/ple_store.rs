@@ -100,7 +100,10 @@ fn a_manifest_gives_the_checkpoints_rows() {
         // ple_layer_ids entry (2, 1-based: decoder layer 1).
         assert_eq!((t.layer(), t.ple_layers()), (Some(1), vec![1]));
         assert!(pleio::OpenOptions::new().layer(1).open(&manifest).is_ok());
-        let e = pleio::OpenOptions::new().layer(0).open(&manifest).unwrap_err();
+        let e = pleio::OpenOptions::new()
+            .layer(0)
+            .open(&manifest)
+            .unwrap_err();
         assert_eq!(e.kind(), pleio::ErrorKind::NoTable, "{e}");
     }
 }
