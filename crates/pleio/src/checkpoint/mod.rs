@@ -5,7 +5,10 @@
 //! `model.safetensors.index.json`, one `.safetensors` file, or an mlx-vlm
 //! `ple-store.json` manifest, and finds:
 //!
-//! - the qwen4exp n-gram table: the row shards
+//! - the qwen4exp n-gram table of one decoder layer (a checkpoint holds one
+//!   per PLE layer, each under its `…layers.{N}.` prefix;
+//!   [`CheckpointTable::open_layer`] picks one, the lowest by default; see
+//!   `docs/layers.md`): the row shards
 //!   `…ple_embedding.ngram_embedding.shard_{i}.weight` (Hugging Face) or
 //!   `…ngram_embedding.shards.{i}.weight` / `.scales` / `.biases` (MLX), in
 //!   shard order `0..N` (`N` = `split_ngram_parts` from `config.json`, else
@@ -176,8 +179,9 @@ pub enum CheckpointError {
         /// `ple_layer_ids`.
         ids: Vec<u64>,
     },
-    /// More than one candidate table.
-    #[error("two PLE tables: `{first}` and `{second}`")]
+    /// Two candidate tables where one is expected: two n-gram tables of
+    /// the same decoder layer (or naming no layer), or two Gemma tables.
+    #[error("two PLE tables where one is expected (the same decoder layer, or no layer in their names): `{first}` and `{second}`")]
     AmbiguousTable {
         /// One tensor (prefix).
         first: String,
