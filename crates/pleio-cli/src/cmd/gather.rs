@@ -80,6 +80,8 @@ pub struct Args {
     /// Any 2-D tensor to read instead of `per_layer_token_embd.weight`.
     #[arg(long)]
     tensor: Option<String>,
+    #[command(flatten)]
+    layer: crate::table_args::LayerArg,
     /// How row bytes are brought in.
     #[arg(long, default_value = "auto")]
     strategy: Strategy,
@@ -143,7 +145,9 @@ pub fn run(a: Args) -> Result<()> {
     let replace = Replace::IfForced(a.force);
     outfile::check(&a.output, replace)?;
     // The error names the file (and the tensor) itself.
-    let mut reader = Table::open_tensor_or_ple(&a.file, a.tensor.as_deref())?
+    let mut reader = a
+        .layer
+        .open(&a.file, a.tensor.as_deref())?
         .with_detailed_stats(a.stats || a.json);
     if let Some(b) = a.budget {
         reader = reader.with_budget(b)?;

@@ -28,6 +28,8 @@ pub struct Args {
     /// Tensor to describe instead of `per_layer_token_embd.weight`.
     #[arg(long)]
     tensor: Option<String>,
+    #[command(flatten)]
+    layer: crate::table_args::LayerArg,
     /// Print every metadata array in full (default: long arrays abridged).
     #[arg(long)]
     full: bool,
@@ -47,14 +49,19 @@ pub fn run(a: Args) -> Result<()> {
                 a.file.display()
             );
         }
-        let table = pleio::Table::open(&a.file)?;
-        let report = checkpoint_report(&table);
+        let table = a.layer.open(&a.file, None)?;
+        let report = checkpoint_report(&table)?;
         if a.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
             print_checkpoint(&report, a.full);
         }
         return Ok(());
+    }
+    if a.layer.layer.is_some() {
+        // Only checks that the file has that PLE layer (the error names
+        // the layers it has).
+        a.layer.open(&a.file, a.tensor.as_deref())?;
     }
     let model = Model::open(&a.file)?;
     let report = report(&model, a.tensor.as_deref(), a.full)?;
@@ -172,8 +179,43 @@ fn table_json(model: &Model, t: &Layout, page: u64) -> Json {
     })
 }
 
+/// One line per PLE layer of the checkpoint `table` was opened from: its
+/// layer, prefix, rows, shards, encoding and multipliers, `opened` on the
+/// one `table` is.
+fn layer_list(table: &pleio::Table) -> Result<Vec<Json>> {
+    let Some(ck) = table.checkpoint() else {
+        return Ok(Vec::new());
+    };
+    let multipliers = |c: &pleio::checkpoint::CheckpointTable| {
+        c.ngram_params().ok().map(|q| q.multipliers().to_vec())
+    };
+    let mut out = Vec::new();
+    for &l in &ck.ple_layers {
+        let opened = ck.layer == Some(l);
+        let other;
+        let c: &pleio::checkpoint::CheckpointTable = if opened {
+            ck
+        } else {
+            other = pleio::checkpoint::CheckpointTable::open_layer(table.source_path(), Some(l))
+                .with_context(|| format!("{}: PLE layer {l}", table.source_path().display()))?;
+            &other
+        };
+        out.push(json!({
+            "layer": l,
+            "ple_layer_index": c.ple_layer_index().ok(),
+            "opened": opened,
+            "prefix": c.prefix,
+            "rows": c.rows,
+            "shards": c.shards.len(),
+            "encoding": c.encoding.name(),
+            "layer_multipliers": multipliers(c),
+        }));
+    }
+    Ok(out)
+}
+
 /// What `inspect` shows of a checkpoint table, as JSON.
-pub fn checkpoint_report(table: &pleio::Table) -> Json {
+pub fn checkpoint_report(table: &pleio::Table) -> Result<Json> {
     let page = pleio::sys::page_size();
     let t = table.layout();
     let ck = table.checkpoint();
@@ -232,8 +274,11 @@ pub fn checkpoint_report(table: &pleio::Table) -> Json {
             })
         })
     });
-    json!({
+    let ple_layers = layer_list(table)?;
+    Ok(json!({
         "source": table.source_path().display().to_string(),
+        "layer": table.layer(),
+        "ple_layers": ple_layers,
         "format": match ck.map(|c| c.source) {
             Some(pleio::checkpoint::TableSource::PleStore) => "ple-store.json",
             _ => "safetensors",
@@ -267,7 +312,7 @@ pub fn checkpoint_report(table: &pleio::Table) -> Json {
         "config": config,
         "ngram": ngram,
         "shards": shards,
-    })
+    }))
 }
 
 /// Shards listed one by one in the text view unless `--full` (then all).
@@ -292,9 +337,43 @@ fn print_checkpoint(r: &Json, full: bool) {
                 .unwrap_or_default()
         );
     }
+    let layers = r["ple_layers"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if !layers.is_empty() {
+        println!("\nPLE layers (decoder layer, 0-based; * the one shown below):");
+        for l in layers {
+            println!(
+                "  {} layer {:>3}  {}  {} rows in {} shards, {}, multipliers {}",
+                if l["opened"].as_bool() == Some(true) {
+                    "*"
+                } else {
+                    " "
+                },
+                l["layer"].as_u64().unwrap_or(0),
+                l["prefix"].as_str().unwrap_or(""),
+                l["rows"],
+                l["shards"],
+                l["encoding"].as_str().unwrap_or(""),
+                l["layer_multipliers"]
+            );
+        }
+    }
+    let of_layers = match (r["layer"].as_u64(), layers.is_empty()) {
+        (Some(l), false) => format!(
+            " (layer {l} of PLE layers [{}])",
+            layers
+                .iter()
+                .map(|l| l["layer"].to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        _ => String::new(),
+    };
     println!(
         "
-table {}:",
+table {}{of_layers}:",
         t["name"].as_str().unwrap_or("")
     );
     println!("  encoding      {}", t["encoding"].as_str().unwrap_or(""));

@@ -39,6 +39,8 @@ pub struct Args {
     /// ple-store.json.
     file: PathBuf,
     #[command(flatten)]
+    layer: crate::table_args::LayerArg,
+    #[command(flatten)]
     input: Input,
     /// Tokens per prefill ubatch.
     #[arg(long, default_value_t = 512)]
@@ -152,7 +154,7 @@ fn setup(a: &Args) -> Result<(Replayer, Vec<u32>, ReplayConfig)> {
         .ok()
         .context("--compute-ms must be a non-negative number of milliseconds (at most 2^64 s)")?;
     let name = a.file.display().to_string();
-    let replayer = Replayer::open(&a.file)
+    let replayer = Replayer::open_with(&a.file, &a.layer.options(None))
         .and_then(|r| r.with_cache(a.budget, a.cache_policy))
         .with_context(|| name.clone())?;
     let tokens = a.input.load(replayer.mapper())?;
@@ -222,7 +224,7 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
     let mut j = match &run.report {
         Some(r) => r.clone(),
         None => {
-            let t = pleio::Table::open(&a.file)?;
+            let t = a.layer.open(&a.file, None)?;
             let mut j = report::envelope("replay", &Machine::detect(), &a.file, t.layout());
             j["replays"] = json!([]);
             j

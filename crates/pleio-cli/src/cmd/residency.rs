@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use pleio::layout::Layout;
-use pleio_lab::residency::{scan_checkpoint, scan_path, Residency, DEFAULT_BUCKETS};
+use pleio_lab::residency::{scan_checkpoint_layer, scan_path, Residency, DEFAULT_BUCKETS};
 use serde_json::{json, Value as Json};
 
 use crate::outfile;
@@ -28,6 +28,8 @@ pub struct Args {
     /// A GGUF file (or any shard of a split set), or a safetensors
     /// checkpoint: its directory, index, one file, or a ple-store.json.
     file: PathBuf,
+    #[command(flatten)]
+    layer: crate::table_args::LayerArg,
     /// Tensor to scan instead of `per_layer_token_embd.weight`.
     #[arg(long)]
     tensor: Option<String>,
@@ -60,9 +62,14 @@ pub fn run(a: Args) -> Result<()> {
                 a.file.display()
             );
         }
-        scan_checkpoint(&a.file, a.buckets)?
+        scan_checkpoint_layer(&a.file, a.layer.layer, a.buckets)?
     } else {
         let (model, table, r) = scan_path(&a.file, a.tensor.as_deref(), a.buckets)?;
+        if a.layer.layer.is_some() {
+            // After the scan (which saw the cache as it was): checks that
+            // the file has that PLE layer, the error naming those it has.
+            a.layer.open(&a.file, a.tensor.as_deref())?;
+        }
         let path = model
             .shards()
             .get(table.shard())

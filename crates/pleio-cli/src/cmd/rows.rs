@@ -196,6 +196,8 @@ pub struct Args {
     /// whose config.json does.
     file: PathBuf,
     #[command(flatten)]
+    layer: crate::table_args::LayerArg,
+    #[command(flatten)]
     input: Input,
     /// Print `{"tokens": [...], "rows": [[...], ...]}`.
     #[arg(long)]
@@ -206,10 +208,11 @@ pub struct Args {
 }
 
 /// The row mapper of the model at `path`: a GGUF file's metadata, or a
-/// safetensors checkpoint's `config.json` (checked against its buffers).
-pub fn mapper_of(path: &std::path::Path) -> Result<ModelRows> {
-    if pleio::checkpoint::is_checkpoint_path(path) {
-        return Ok(pleio::Table::open(path)?.row_ids()?);
+/// safetensors checkpoint's `config.json` (checked against its buffers),
+/// for the PLE table of `layer` (default: the lowest PLE layer).
+pub fn mapper_of(path: &std::path::Path, layer: &crate::table_args::LayerArg) -> Result<ModelRows> {
+    if pleio::checkpoint::is_checkpoint_path(path) || layer.layer.is_some() {
+        return Ok(layer.open(path, None)?.row_ids()?);
     }
     let model = Model::open(path)?;
     let table = Layout::of_ple(&model).with_context(|| path.display().to_string())?;
@@ -217,7 +220,7 @@ pub fn mapper_of(path: &std::path::Path) -> Result<ModelRows> {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let mapper = mapper_of(&a.file)?;
+    let mapper = mapper_of(&a.file, &a.layer)?;
 
     // Build the tokenizer first (when needed) so the stats can tell its
     // one-off load from the tokenizing itself.

@@ -8,7 +8,7 @@ use clap::ValueEnum;
 use pleio::ngram::released::{GEMMA_VOCAB, QWEN_FULL_ROWS};
 use pleio::quant::GgmlType;
 use pleio_lab::synth::{Arch, SynthSpec};
-use pleio_lab::synth_ckpt::{write_checkpoint, CkptEncoding, CkptSpec};
+use pleio_lab::synth_ckpt::{write_checkpoint, CkptEncoding, CkptSpec, ShardRows};
 
 use crate::outfile::{self, OutFile, Replace};
 use crate::output::{byte_progress, human_bytes};
@@ -53,6 +53,21 @@ pub struct Args {
     /// Checkpoint files (`--format safetensors`).
     #[arg(long, default_value_t = 4)]
     files: usize,
+    /// Row shards per table (`--format safetensors`; the config's
+    /// `split_ngram_parts`).
+    #[arg(long, default_value_t = 128)]
+    shards: usize,
+    /// PLE layers (`--format safetensors`), 1-based like config.json's
+    /// `ple_layer_ids` (the release: 2, decoder layer 1); each gets its own
+    /// table, geometry, buffers and rows, e.g. `--ple-layers 1,3`.
+    #[arg(long, value_delimiter = ',', default_value = "2")]
+    ple_layers: Vec<u64>,
+    /// How tables split into shards (`--format safetensors`): even (rows
+    /// padded to a multiple of the shards), ceil (vLLM: ceil(rows/shards)
+    /// a shard, the last smaller) or divmod (mlx-vlm: the first rows %
+    /// shards shards one row more).
+    #[arg(long, default_value = "even")]
+    shard_rows: String,
     /// Architecture whose metadata and table shape to write.
     #[arg(long, value_enum, default_value = "qwen4exp")]
     arch: ArchArg,
@@ -104,6 +119,9 @@ fn parse_rows(s: &str, arch: Arch) -> Result<u64> {
 pub fn run(a: Args) -> Result<()> {
     if a.format == FormatArg::Safetensors {
         return run_checkpoint(a);
+    }
+    if a.ple_layers != [2] || a.shard_rows != "even" || a.shards != 128 {
+        bail!("--ple-layers, --shard-rows and --shards are for --format safetensors (a GGUF file has one table)");
     }
     let arch = match a.arch {
         ArchArg::Qwen4exp => Arch::Qwen4exp,
@@ -193,12 +211,28 @@ fn run_checkpoint(a: Args) -> Result<()> {
         Some(s) => parse_rows(s, Arch::Qwen4exp)?,
         None => DEFAULT_QWEN_ROWS,
     };
+    let shard_rows = ShardRows::from_name(&a.shard_rows).with_context(|| {
+        format!(
+            "unknown --shard-rows {:?} (even, ceil, divmod)",
+            a.shard_rows
+        )
+    })?;
     let spec = CkptSpec {
         sparse: a.sparse,
+        shards: a.shards,
+        ple_layers: a.ple_layers.clone(),
+        shard_rows,
         ..CkptSpec::new(encoding, rows, a.files, a.seed)
     };
     let layout = spec.layout()?;
-    let table_bytes = layout.rows * encoding.row_bytes();
+    let all_rows = layout
+        .layers
+        .iter()
+        .try_fold(0u64, |acc, l| acc.checked_add(l.rows))
+        .context("table rows overflow")?;
+    let table_bytes = all_rows
+        .checked_mul(encoding.row_bytes())
+        .context("table bytes overflow")?;
     if !a.sparse {
         check_free_space(&a.output, table_bytes)?;
     }
@@ -206,15 +240,22 @@ fn run_checkpoint(a: Args) -> Result<()> {
     let summary = write_checkpoint(&spec, &a.output, &mut |done| bar.set_position(done))
         .with_context(|| format!("writing {}", a.output.display()))?;
     bar.finish_and_clear();
+    let per_layer: Vec<String> = layout
+        .layers
+        .iter()
+        .map(|l| format!("layer {} ({} rows)", l.layer, l.rows))
+        .collect();
     println!(
-        "wrote {}: qwen4exp {} checkpoint, {} rows x 160 elements in {} shards over {} files, {} of table data{}",
+        "wrote {}: qwen4exp {} checkpoint, {} rows x 160 elements in {} shards ({}) over {} files, {} of table data{}; PLE tables: {}",
         summary.dir.display(),
         encoding.name(),
         layout.rows,
         spec.shards,
+        shard_rows.name(),
         summary.files.len(),
         human_bytes(summary.table_bytes),
         if a.sparse { " left sparse" } else { "" },
+        per_layer.join(", "),
     );
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use pleio::fetch::{rank_by_frequency, Strategy, Table};
+use pleio::fetch::{rank_by_frequency, Strategy};
 use pleio::ngram::{ModelRows, RowMapper};
 use pleio::CachePolicy;
 use serde_json::json;
@@ -31,6 +31,8 @@ pub struct Args {
     /// safetensors checkpoint: its directory, index, one file, or a
     /// ple-store.json.
     file: PathBuf,
+    #[command(flatten)]
+    layer: crate::table_args::LayerArg,
     /// Memory to fill: the row cache's budget (`cached`) or bytes of page
     /// cache (e.g. 256M).
     #[arg(long, value_name = "SIZE", value_parser = pleio_lab::units::parse_quantity_arg)]
@@ -84,7 +86,9 @@ fn row_file(p: &PathBuf) -> Result<Vec<u64>> {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let mut table = Table::open(&a.file)
+    let mut table = a
+        .layer
+        .open(&a.file, None)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?
         .with_strategy(a.strategy);
     if a.strategy == Strategy::Cached {

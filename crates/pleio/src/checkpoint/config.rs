@@ -13,11 +13,17 @@
 //!   `>= ngram_vocab_size_base`; offsets: their prefix sums;
 //! - table rows: the sum of the sizes rounded up to a multiple of
 //!   `make_ngram_vocab_size_divisible_by`;
-//! - multipliers, for slot `i` of PLE layer `L` (0: the one PLE layer):
-//!   `m[i] = 2 * (splitmix64(seed + 10007 * L + GAMMA * (i + 1)) %
+//! - multipliers, for slot `i` of PLE layer index `k` (the position of the
+//!   decoder layer in `ple_layer_ids`; 0 for the released model's one PLE
+//!   layer): `m[i] = 2 * (splitmix64(seed + 10007 * k + GAMMA * (i + 1)) %
 //!   half_bound) + 1` with `half_bound = ((2^63 - 1) / vocab_size) / 2` and
 //!   `splitmix64(x)` the first output of SplitMix64 seeded with `x` (that
-//!   is, the finalizer of `x + GAMMA`), wrapping arithmetic.
+//!   is, the finalizer of `x + GAMMA`), wrapping arithmetic;
+//! - head sizes continue the prime sequence across PLE layers: PLE layer
+//!   index `k` takes primes number `k * n_heads + 1 ..= (k + 1) * n_heads`
+//!   from the first prime `>= ngram_vocab_size_base` (transformers'
+//!   `_find_nth_prime_after(base - 1, k * n_heads + h + 1)`); its offsets
+//!   start at 0 and its rows are padded on their own.
 
 use serde_json::Value;
 
@@ -96,7 +102,14 @@ pub struct NgramConfig {
     pub image_token_id: Option<u32>,
     /// `ple_embedding_dtype` ("float8_e4m3fn", "nvfp4"), if given.
     pub ple_embedding_dtype: Option<String>,
+    /// `ple_layer_ids`: the decoder layers holding a PLE table, 1-based
+    /// (`[2]` in the release: `model.layers[1]`), if given.
+    pub ple_layer_ids: Option<Vec<u64>>,
 }
+
+/// Largest PLE layer index (position in `ple_layer_ids`) whose head sizes
+/// are derived: the prime search walks `(index + 1) * n_heads` primes.
+pub const MAX_PLE_LAYER_INDEX: u64 = 4096;
 
 /// Where the n-gram keys were found.
 struct Keys<'a> {
@@ -198,7 +211,23 @@ impl NgramConfig {
                 })
             }
         };
+        let ple_layer_ids = match k.get("ple_layer_ids") {
+            None => None,
+            Some(Value::Array(a)) => Some(
+                a.iter()
+                    .map(|v| as_u64("ple_layer_ids", v))
+                    .collect::<Result<Vec<u64>, ConfigError>>()?,
+            ),
+            Some(v) => {
+                return Err(ConfigError::BadValue {
+                    key: "ple_layer_ids",
+                    found: v.to_string(),
+                    expected: "a list of 1-based layer ids",
+                })
+            }
+        };
         Ok(NgramConfig {
+            ple_layer_ids,
             ngram_size: k.u32("ngram_size")?,
             heads_per_ngram: k.u32("heads_per_ngram")?,
             ngram_vocab_size_base: k.u64("ngram_vocab_size_base")?,
@@ -230,9 +259,33 @@ impl NgramConfig {
         Ok(n as usize)
     }
 
-    /// The head sizes: consecutive primes from the first `>=
-    /// ngram_vocab_size_base`.
-    pub fn head_sizes(&self) -> Result<Vec<u64>, ConfigError> {
+    /// The PLE layer index of decoder layer `layer` (0-based): its
+    /// position in `ple_layer_ids` (which lists `layer + 1`), or `None`
+    /// when the config lists the PLE layers and this is not one of them.
+    /// Without `ple_layer_ids`, `discovered` (the sorted decoder layers
+    /// found holding a table) stands in.
+    pub fn ple_layer_index(&self, layer: u64, discovered: &[u64]) -> Option<u64> {
+        match &self.ple_layer_ids {
+            Some(ids) => {
+                let mut ids = ids.clone();
+                // transformers sorts and dedups the list (`sorted(set(...))`).
+                ids.sort_unstable();
+                ids.dedup();
+                ids.iter()
+                    .position(|&i| Some(i) == layer.checked_add(1))
+                    .map(|p| p as u64)
+            }
+            None => discovered
+                .iter()
+                .position(|&l| l == layer)
+                .map(|p| p as u64),
+        }
+    }
+
+    /// The head sizes of PLE layer index `index` (0 for the first PLE
+    /// layer): primes number `index * n_heads + 1 ..= (index + 1) *
+    /// n_heads` from the first `>= ngram_vocab_size_base`.
+    pub fn head_sizes(&self, index: u64) -> Result<Vec<u64>, ConfigError> {
         let n = self.n_heads()?;
         // Trial division stays cheap below 2^40 (a million divisions).
         if self.ngram_vocab_size_base >= 1 << 40 {
@@ -241,27 +294,43 @@ impl NgramConfig {
                 self.ngram_vocab_size_base
             )));
         }
-        Ok(primes_from(self.ngram_vocab_size_base).take(n).collect())
-    }
-
-    /// The head offsets: prefix sums of [`head_sizes`](Self::head_sizes).
-    pub fn head_offsets(&self) -> Result<Vec<u64>, ConfigError> {
-        let mut acc = 0u64;
-        Ok(self
-            .head_sizes()?
-            .into_iter()
-            .map(|s| {
-                let o = acc;
-                acc += s;
-                o
-            })
+        if index > MAX_PLE_LAYER_INDEX {
+            return Err(ConfigError::Derivation(format!(
+                "PLE layer index {index} is beyond {MAX_PLE_LAYER_INDEX}"
+            )));
+        }
+        // index <= 4096 and n <= 64: the skip fits a usize.
+        let skip = index as usize * n;
+        Ok(primes_from(self.ngram_vocab_size_base)
+            .skip(skip)
+            .take(n)
             .collect())
     }
 
-    /// Rows of the table: the head sizes' sum rounded up to a multiple of
-    /// `make_ngram_vocab_size_divisible_by`.
-    pub fn table_rows(&self) -> Result<u64, ConfigError> {
-        let sum: u64 = self.head_sizes()?.iter().sum();
+    /// The head offsets of PLE layer index `index`: prefix sums of its
+    /// [`head_sizes`](Self::head_sizes), from 0.
+    pub fn head_offsets(&self, index: u64) -> Result<Vec<u64>, ConfigError> {
+        let mut acc = 0u64;
+        self.head_sizes(index)?
+            .into_iter()
+            .map(|s| {
+                let o = acc;
+                acc = acc
+                    .checked_add(s)
+                    .ok_or_else(|| ConfigError::Derivation("head offsets overflow".into()))?;
+                Ok(o)
+            })
+            .collect()
+    }
+
+    /// Rows of the table of PLE layer index `index`: its head sizes' sum
+    /// rounded up to a multiple of `make_ngram_vocab_size_divisible_by`.
+    pub fn table_rows(&self, index: u64) -> Result<u64, ConfigError> {
+        let sum = self
+            .head_sizes(index)?
+            .iter()
+            .try_fold(0u64, |a, &s| a.checked_add(s))
+            .ok_or_else(|| ConfigError::Derivation("table rows overflow".into()))?;
         let d = self.make_ngram_vocab_size_divisible_by;
         if d == 0 {
             return Err(ConfigError::Derivation(
@@ -273,9 +342,9 @@ impl NgramConfig {
             .ok_or_else(|| ConfigError::Derivation("table rows overflow".into()))
     }
 
-    /// The `ngram_size` hash multipliers of PLE layer `layer` (0 for the
-    /// one PLE layer of the released model).
-    pub fn multipliers(&self, layer: u64) -> Result<Vec<u64>, ConfigError> {
+    /// The `ngram_size` hash multipliers of PLE layer index `index` (0 for
+    /// the one PLE layer of the released model).
+    pub fn multipliers(&self, index: u64) -> Result<Vec<u64>, ConfigError> {
         if self.vocab_size == 0 {
             return Err(ConfigError::Derivation("vocab_size is 0".into()));
         }
@@ -288,7 +357,7 @@ impl NgramConfig {
         }
         let base = self
             .seed
-            .wrapping_add(LAYER_SEED_STRIDE.wrapping_mul(layer));
+            .wrapping_add(LAYER_SEED_STRIDE.wrapping_mul(index));
         Ok((0..u64::from(self.ngram_size))
             .map(|i| {
                 let x = base.wrapping_add(SPLITMIX_GAMMA.wrapping_mul(i + 1));
@@ -297,16 +366,17 @@ impl NgramConfig {
             .collect())
     }
 
-    /// The validated hash parameters against a table of `n_rows` rows.
-    pub fn params(&self, n_rows: u64) -> Result<QwenNgramParams, CheckedParamsError> {
-        let sizes = self.head_sizes()?;
-        let offsets = self.head_offsets()?;
+    /// The validated hash parameters of PLE layer index `index` against a
+    /// table of `n_rows` rows.
+    pub fn params(&self, index: u64, n_rows: u64) -> Result<QwenNgramParams, CheckedParamsError> {
+        let sizes = self.head_sizes(index)?;
+        let offsets = self.head_offsets(index)?;
         Ok(QwenNgramParams::new(
             self.ngram_size,
             self.heads_per_ngram,
             self.eos_token_id,
             self.image_token_id,
-            self.multipliers(0)?,
+            self.multipliers(index)?,
             sizes,
             offsets,
             n_rows,
@@ -359,9 +429,12 @@ mod tests {
     fn released_config_gives_released_constants() {
         let c = NgramConfig::from_json(RELEASED.as_bytes()).unwrap();
         assert_eq!(c.multipliers(0).unwrap(), QWEN_MULTIPLIERS);
-        assert_eq!(c.table_rows().unwrap(), QWEN_FULL_ROWS);
+        assert_eq!(c.table_rows(0).unwrap(), QWEN_FULL_ROWS);
+        assert_eq!(c.ple_layer_ids, Some(vec![2]));
+        assert_eq!(c.ple_layer_index(1, &[]), Some(0));
+        assert_eq!(c.ple_layer_index(2, &[1, 2]), None);
         assert_eq!(c.split_ngram_parts, Some(128));
-        let p = c.params(QWEN_FULL_ROWS).unwrap();
+        let p = c.params(0, QWEN_FULL_ROWS).unwrap();
         assert_eq!(p, QwenNgramParams::released());
     }
 
@@ -392,5 +465,43 @@ mod tests {
         };
         assert_ne!(other_seed.multipliers(0).unwrap(), QWEN_MULTIPLIERS);
         assert!(c.multipliers(0).unwrap().iter().all(|m| m % 2 == 1));
+    }
+
+    #[test]
+    fn later_ple_layers_continue_the_primes_and_reseed() {
+        // Values transformers 5.19 derives (Qwen4ExpTextNGramEmbedding on
+        // the meta device) for base 4283, ple_layer_ids [3, 1]: PLE layer
+        // index 1 is decoder layer 2.
+        let c = NgramConfig {
+            ngram_vocab_size_base: 4283,
+            ple_layer_ids: Some(vec![3, 1]),
+            ..NgramConfig::from_json(RELEASED.as_bytes()).unwrap()
+        };
+        assert_eq!(c.ple_layer_index(0, &[]), Some(0));
+        assert_eq!(c.ple_layer_index(2, &[]), Some(1));
+        assert_eq!(c.ple_layer_index(1, &[0, 1, 2]), None);
+        let first = c.head_sizes(0).unwrap();
+        let second = c.head_sizes(1).unwrap();
+        assert_eq!(first[0], 4283);
+        assert_eq!(second[0], primes_from(first[15] + 1).next().unwrap());
+        let all: Vec<u64> = primes_from(4283).take(32).collect();
+        assert_eq!([first, second.clone()].concat(), all);
+        assert_eq!(c.head_offsets(1).unwrap()[0], 0);
+        assert_eq!(c.head_offsets(1).unwrap()[1], second[0]);
+        assert_eq!(c.table_rows(0).unwrap(), 69888);
+        assert_eq!(c.table_rows(1).unwrap(), 72192);
+        assert_eq!(
+            c.multipliers(1).unwrap(),
+            [3352040966061, 19752442147475, 10742103100073]
+        );
+        assert_eq!(c.multipliers(0).unwrap(), QWEN_MULTIPLIERS);
+        // Without ple_layer_ids, the layers found stand in.
+        let bare = NgramConfig {
+            ple_layer_ids: None,
+            ..c.clone()
+        };
+        assert_eq!(bare.ple_layer_index(5, &[2, 5]), Some(1));
+        assert_eq!(bare.ple_layer_index(4, &[2, 5]), None);
+        assert!(c.head_sizes(MAX_PLE_LAYER_INDEX + 1).is_err());
     }
 }

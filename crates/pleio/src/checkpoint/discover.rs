@@ -140,8 +140,9 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
     }
 }
 
-/// The entry point of [`CheckpointTable::open`].
-pub(super) fn open(path: &Path) -> Result<CheckpointTable, CheckpointError> {
+/// The entry point of [`CheckpointTable::open_layer`]: the table of decoder
+/// layer `layer` (`None`: the lowest PLE layer's).
+pub(super) fn open(path: &Path, layer: Option<u64>) -> Result<CheckpointTable, CheckpointError> {
     let meta = std::fs::metadata(path).map_err(io_err(path))?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let catalog = if meta.is_dir() {
@@ -160,7 +161,7 @@ pub(super) fn open(path: &Path) -> Result<CheckpointTable, CheckpointError> {
             if files.is_empty() {
                 let store = path.join(manifest::PLE_STORE_FILE_NAME);
                 if store.is_file() {
-                    return manifest::open(&store);
+                    return manifest::open(&store, layer);
                 }
                 return Err(CheckpointError::NotACheckpoint {
                     path: path.to_path_buf(),
@@ -171,7 +172,7 @@ pub(super) fn open(path: &Path) -> Result<CheckpointTable, CheckpointError> {
     } else if name.ends_with(".safetensors") {
         Catalog::from_files(parent(path), vec![path.to_path_buf()])?
     } else if name == manifest::PLE_STORE_FILE_NAME {
-        return manifest::open(path);
+        return manifest::open(path, layer);
     } else if name.ends_with(".json") {
         Catalog::from_index(path)?
     } else {
@@ -180,7 +181,52 @@ pub(super) fn open(path: &Path) -> Result<CheckpointTable, CheckpointError> {
         });
     };
     let config = read_config(&catalog.dir)?;
-    find_table(catalog, config, path)
+    find_table(catalog, config, path, layer)
+}
+
+/// The decoder layer `N` of a table prefix holding `layers.N.` (the last
+/// such component: `model.language_model.layers.1.ple.ple_embedding.` is
+/// layer 1), if any.
+pub(super) fn layer_of_prefix(prefix: &str) -> Option<u64> {
+    let mut found = None;
+    let mut rest = prefix;
+    while let Some(pos) = rest.find("layers.") {
+        let at_component = pos == 0 || rest.as_bytes()[pos - 1] == b'.';
+        let after = &rest[pos + "layers.".len()..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        if at_component && digits > 0 && digits <= 9 && after.as_bytes().get(digits) == Some(&b'.')
+        {
+            found = after[..digits].parse().ok();
+        }
+        rest = after;
+    }
+    found
+}
+
+/// The decoder layer of a table whose tensor names do not say (a
+/// manifest, an odd prefix): the config's one PLE layer, if it lists
+/// exactly one.
+pub(super) fn layer_from_config(config: Option<&NgramConfig>) -> Option<u64> {
+    match config.and_then(|c| c.ple_layer_ids.as_deref()) {
+        Some(&[id]) => id.checked_sub(1),
+        _ => None,
+    }
+}
+
+/// Picks the table of `want` among the PLE layers `layers` (sorted):
+/// `None` takes the lowest.
+pub(super) fn choose_layer(
+    want: Option<u64>,
+    layers: &[u64],
+) -> Result<Option<u64>, CheckpointError> {
+    match want {
+        None => Ok(layers.first().copied()),
+        Some(l) if layers.contains(&l) => Ok(Some(l)),
+        Some(l) => Err(CheckpointError::NoSuchLayer {
+            layer: l,
+            layers: layers.to_vec(),
+        }),
+    }
 }
 
 /// Reads the n-gram keys of `dir/config.json`; `None` if there is no such
@@ -271,6 +317,7 @@ fn find_table(
     mut cat: Catalog,
     config: Option<(PathBuf, NgramConfig)>,
     path: &Path,
+    want: Option<u64>,
 ) -> Result<CheckpointTable, CheckpointError> {
     let mut shards: ShardNames = BTreeMap::new();
     let mut gemma: Vec<String> = Vec::new();
@@ -288,19 +335,52 @@ fn find_table(
     }
     // Only groups that have a `weight` are tables.
     shards.retain(|_, m| m.values().any(|f| f.iter().any(|f| f == "weight")));
-    let mut keys = shards.keys();
-    match (keys.next(), keys.next()) {
-        (Some(a), Some(b)) => {
-            return Err(CheckpointError::AmbiguousTable {
-                first: format!("{}{NGRAM}…", a.0),
-                second: format!("{}{NGRAM}…", b.0),
-            })
+    if !shards.is_empty() {
+        // One table per decoder layer: its layer comes from `layers.N.` in
+        // the prefix; two tables of one layer (or two without a layer) are
+        // ambiguous.
+        let mut by_layer: BTreeMap<Option<u64>, (String, Spelling)> = BTreeMap::new();
+        for key in shards.keys() {
+            let l = layer_of_prefix(&key.0);
+            if let Some(prev) = by_layer.get(&l) {
+                return Err(CheckpointError::AmbiguousTable {
+                    first: format!("{}{NGRAM}…", prev.0),
+                    second: format!("{}{NGRAM}…", key.0),
+                });
+            }
+            by_layer.insert(l, key.clone());
         }
-        (Some(_), None) => {
-            let ((prefix, spelling), found) = shards.into_iter().next().expect("one group");
-            return qwen_table(&mut cat, config, prefix, spelling, found);
+        if by_layer.len() > 1 {
+            if let Some((_, k)) = by_layer.iter().find(|(l, _)| l.is_none()) {
+                let other = by_layer.iter().find(|(l, _)| l.is_some()).expect("two");
+                return Err(CheckpointError::AmbiguousTable {
+                    first: format!("{}{NGRAM}…", k.0),
+                    second: format!("{}{NGRAM}…", other.1 .0),
+                });
+            }
         }
-        (None, _) => {}
+        let (ple_layers, chosen) = if let Some(key) = by_layer.get(&None) {
+            // One table, its prefix naming no layer.
+            let l = layer_from_config(config.as_ref().map(|c| &c.1));
+            let layers: Vec<u64> = l.into_iter().collect();
+            choose_layer(want, &layers)?;
+            (layers, key.clone())
+        } else {
+            let layers: Vec<u64> = by_layer.keys().flatten().copied().collect();
+            let l = choose_layer(want, &layers)?;
+            (layers, by_layer[&l].clone())
+        };
+        let found = shards.remove(&chosen).expect("a group");
+        return qwen_table(&mut cat, config, chosen.0, chosen.1, found, ple_layers);
+    }
+    if let Some(l) = want {
+        if !gemma.is_empty() {
+            return Err(CheckpointError::Unsupported {
+                what: format!(
+                    "PLE layer {l} of a Gemma 4 checkpoint: its one table `embed_tokens_per_layer` holds every layer in each row (open it without a layer)"
+                ),
+            });
+        }
     }
     gemma.sort();
     match gemma.as_slice() {
@@ -363,6 +443,7 @@ fn qwen_table(
     prefix: String,
     spelling: Spelling,
     found: BTreeMap<usize, Vec<String>>,
+    ple_layers: Vec<u64>,
 ) -> Result<CheckpointTable, CheckpointError> {
     // The shard count: split_ngram_parts, else what was found.
     let max_found = found.keys().next_back().copied().unwrap_or(0);
@@ -468,7 +549,11 @@ fn qwen_table(
             })?;
     }
     let buffers = read_buffers(cat, &prefix)?;
+    let layer =
+        layer_of_prefix(&prefix).or_else(|| layer_from_config(config.as_ref().map(|c| &c.1)));
     let table = CheckpointTable {
+        layer,
+        ple_layers,
         kind: TableKind::QwenNgram,
         source: TableSource::Safetensors,
         files,
@@ -665,7 +750,8 @@ pub(super) fn check_config(t: &CheckpointTable, shard_count: usize) -> Result<()
         path: path.clone(),
         source,
     };
-    let rows = c.table_rows().map_err(cfg)?;
+    let index = t.ple_layer_index()?;
+    let rows = c.table_rows(index).map_err(cfg)?;
     if rows != t.rows {
         return Err(CheckpointError::ConfigMismatch {
             what: "rows",
@@ -686,17 +772,17 @@ pub(super) fn check_config(t: &CheckpointTable, shard_count: usize) -> Result<()
         (
             "layer_multipliers",
             &t.buffers.layer_multipliers,
-            c.multipliers(0).map_err(cfg)?,
+            c.multipliers(index).map_err(cfg)?,
         ),
         (
             "ngram_heads_vocab_sizes",
             &t.buffers.head_vocab_sizes,
-            c.head_sizes().map_err(cfg)?,
+            c.head_sizes(index).map_err(cfg)?,
         ),
         (
             "ngram_heads_offsets",
             &t.buffers.head_offsets,
-            c.head_offsets().map_err(cfg)?,
+            c.head_offsets(index).map_err(cfg)?,
         ),
     ];
     for (name, found, expected) in checks {
@@ -750,6 +836,8 @@ fn gemma_table(cat: &mut Catalog, name: &str) -> Result<CheckpointTable, Checkpo
             }],
         }],
         prefix: name.trim_end_matches("weight").to_owned(),
+        layer: None,
+        ple_layers: Vec::new(),
         config_path: None,
         config: None,
         buffers: NgramBuffers::default(),
@@ -759,6 +847,29 @@ fn gemma_table(cat: &mut Catalog, name: &str) -> Result<CheckpointTable, Checkpo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn layers_of_prefixes() {
+        assert_eq!(
+            layer_of_prefix("model.language_model.layers.1.ple.ple_embedding."),
+            Some(1)
+        );
+        assert_eq!(
+            layer_of_prefix("language_model.model.layers.17.ple.ple_embedding."),
+            Some(17)
+        );
+        assert_eq!(layer_of_prefix("layers.0.ple."), Some(0));
+        assert_eq!(layer_of_prefix("model.layers.x.ple."), None);
+        assert_eq!(layer_of_prefix("model.sublayers.3.ple."), None);
+        assert_eq!(layer_of_prefix("model.layers.3"), None);
+        assert_eq!(layer_of_prefix(""), None);
+        assert_eq!(choose_layer(None, &[2, 4]).unwrap(), Some(2));
+        assert_eq!(choose_layer(Some(4), &[2, 4]).unwrap(), Some(4));
+        assert!(matches!(
+            choose_layer(Some(3), &[2, 4]),
+            Err(CheckpointError::NoSuchLayer { layer: 3, .. })
+        ));
+    }
 
     #[test]
     fn shard_names() {

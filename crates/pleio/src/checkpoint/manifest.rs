@@ -88,7 +88,7 @@ fn dtype(name: &str) -> Option<Dtype> {
     })
 }
 
-pub(super) fn open(path: &Path) -> Result<CheckpointTable, CheckpointError> {
+pub(super) fn open(path: &Path, want: Option<u64>) -> Result<CheckpointTable, CheckpointError> {
     let fail = |message: String| CheckpointError::Manifest {
         path: path.to_path_buf(),
         message,
@@ -253,7 +253,14 @@ pub(super) fn open(path: &Path) -> Result<CheckpointTable, CheckpointError> {
         )));
     }
     let config = read_config(&root)?;
+    // The manifest names no tensors: its layer is the config's one PLE
+    // layer, if it lists exactly one.
+    let layer = super::discover::layer_from_config(config.as_ref().map(|c| &c.1));
+    let ple_layers: Vec<u64> = layer.into_iter().collect();
+    super::discover::choose_layer(want, &ple_layers)?;
     let table = CheckpointTable {
+        layer,
+        ple_layers,
         kind: TableKind::QwenNgram,
         source: TableSource::PleStore,
         files,

@@ -5,7 +5,10 @@
 //! `model.safetensors.index.json`, one `.safetensors` file, or an mlx-vlm
 //! `ple-store.json` manifest, and finds:
 //!
-//! - the qwen4exp n-gram table: the row shards
+//! - the qwen4exp n-gram table of one decoder layer (a checkpoint holds one
+//!   per PLE layer, each under its `…layers.{N}.` prefix;
+//!   [`CheckpointTable::open_layer`] picks one, the lowest by default; see
+//!   `docs/layers.md`): the row shards
 //!   `…ple_embedding.ngram_embedding.shard_{i}.weight` (Hugging Face) or
 //!   `…ngram_embedding.shards.{i}.weight` / `.scales` / `.biases` (MLX), in
 //!   shard order `0..N` (`N` = `split_ngram_parts` from `config.json`, else
@@ -102,9 +105,17 @@ pub struct CheckpointTable {
     pub config_path: Option<PathBuf>,
     /// The n-gram keys of `config.json`, when found (qwen4exp).
     pub config: Option<NgramConfig>,
-    /// The n-gram buffers of the checkpoint, when present (checked against
-    /// the config at open).
+    /// The n-gram buffers of the table's layer, when present (checked
+    /// against the config at open).
     pub buffers: NgramBuffers,
+    /// The decoder layer (0-based, `model.model.layers[layer]`) whose PLE
+    /// table this is, from the `layers.N.` of its prefix (or the config's
+    /// one `ple_layer_ids` entry); `None` when unknown (Gemma 4, whose one
+    /// table serves every layer).
+    pub layer: Option<u64>,
+    /// Every decoder layer of the checkpoint holding a PLE table, sorted
+    /// (0-based).
+    pub ple_layers: Vec<u64>,
 }
 
 /// Everything that can go wrong finding a table in a checkpoint.
@@ -152,8 +163,25 @@ pub enum CheckpointError {
         /// The checkpoint path.
         path: PathBuf,
     },
-    /// More than one candidate table.
-    #[error("two PLE tables: `{first}` and `{second}`")]
+    /// No PLE table on the decoder layer asked for.
+    #[error("no PLE table on decoder layer {layer} (0-based); {}", layers_text(.layers))]
+    NoSuchLayer {
+        /// The layer asked for.
+        layer: u64,
+        /// The layers holding one (sorted; may be empty).
+        layers: Vec<u64>,
+    },
+    /// The table's layer is not among the config's `ple_layer_ids`.
+    #[error("the PLE table of decoder layer {layer} (0-based, id {}) is not in config.json's ple_layer_ids {ids:?} (1-based)", .layer.saturating_add(1))]
+    LayerNotInConfig {
+        /// The table's decoder layer.
+        layer: u64,
+        /// `ple_layer_ids`.
+        ids: Vec<u64>,
+    },
+    /// Two candidate tables where one is expected: two n-gram tables of
+    /// the same decoder layer (or naming no layer), or two Gemma tables.
+    #[error("two PLE tables where one is expected (the same decoder layer, or no layer in their names): `{first}` and `{second}`")]
     AmbiguousTable {
         /// One tensor (prefix).
         first: String,
@@ -296,25 +324,54 @@ pub enum CheckpointError {
     Encoding(#[from] EncodingError),
 }
 
+/// `PLE layers: [0, 2]`, or that none are known.
+pub(crate) fn layers_text(layers: &[u64]) -> String {
+    if layers.is_empty() {
+        "the file names no PLE layer".to_owned()
+    } else {
+        format!("PLE layers (0-based): {layers:?}")
+    }
+}
+
 impl CheckpointTable {
     /// Finds the PLE table of the checkpoint at `path` (a directory, an
     /// index, a `.safetensors` file or a `ple-store.json`), reading only
     /// headers, the config and the small scale and buffer tensors.
     pub fn open(path: &std::path::Path) -> Result<CheckpointTable, CheckpointError> {
-        discover::open(path)
+        discover::open(path, None)
     }
 
     /// [`CheckpointTable::open`] for the PLE table of decoder layer `layer`
-    /// (0-based; `None`: the first PLE layer's table).
+    /// (0-based, `model.model.layers[layer]`; `None`: the lowest PLE
+    /// layer's table). A layer without a table is
+    /// [`CheckpointError::NoSuchLayer`], naming the layers that have one.
     pub fn open_layer(
         path: &std::path::Path,
         layer: Option<u64>,
     ) -> Result<CheckpointTable, CheckpointError> {
-        match layer {
-            None => discover::open(path),
-            Some(l) => Err(CheckpointError::Unsupported {
-                what: format!("choosing PLE layer {l}"),
+        discover::open(path, layer)
+    }
+
+    /// The PLE layer index of this table (its position among the PLE
+    /// layers: in `config.json`'s `ple_layer_ids`, else among the layers
+    /// found), which seeds its multipliers and picks its head primes; 0
+    /// when the layer is unknown.
+    pub fn ple_layer_index(&self) -> Result<u64, CheckpointError> {
+        let Some(layer) = self.layer else {
+            return Ok(0);
+        };
+        match &self.config {
+            Some(c) => c.ple_layer_index(layer, &self.ple_layers).ok_or_else(|| {
+                CheckpointError::LayerNotInConfig {
+                    layer,
+                    ids: c.ple_layer_ids.clone().unwrap_or_default(),
+                }
             }),
+            None => Ok(self
+                .ple_layers
+                .iter()
+                .position(|&l| l == layer)
+                .map_or(0, |p| p as u64)),
         }
     }
 
@@ -356,7 +413,8 @@ impl CheckpointTable {
     /// buffers, if any, were checked to agree at open).
     pub fn ngram_params(&self) -> Result<QwenNgramParams, CheckpointError> {
         let c = self.config.as_ref().ok_or(CheckpointError::NoConfig)?;
-        c.params(self.rows).map_err(|e| match e {
+        let index = self.ple_layer_index()?;
+        c.params(index, self.rows).map_err(|e| match e {
             config::CheckedParamsError::Config(source) => CheckpointError::Config {
                 path: self
                     .config_path

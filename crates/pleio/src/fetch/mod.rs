@@ -386,6 +386,23 @@ enum Source {
     },
 }
 
+/// `qwen4exp.ple.layers` of a qwen4exp model, sorted and deduplicated
+/// (empty when absent, malformed, or another architecture).
+fn gguf_ple_layers(model: &Model) -> Vec<u64> {
+    if model.architecture() != Some(crate::ngram::QWEN_ARCH) {
+        return Vec::new();
+    }
+    let key = format!("{}.{}", crate::ngram::QWEN_ARCH, crate::ngram::keys::LAYERS);
+    let mut layers = model
+        .metadata()
+        .get(&key)
+        .and_then(crate::gguf::Value::as_u64_array)
+        .unwrap_or_default();
+    layers.sort_unstable();
+    layers.dedup();
+    layers
+}
+
 /// The part of a table handle its clones share: the files, the layout, the
 /// lazily created read backends and the residency bitmap.
 struct Shared {
@@ -453,21 +470,64 @@ impl Table {
         tensor: Option<&str>,
         layer: Option<u64>,
     ) -> Result<Table, Error> {
-        if let Some(l) = layer {
+        if let (Some(l), Some(t)) = (layer, tensor) {
             return Err(Error::from(CheckpointError::Unsupported {
-                what: format!("choosing PLE layer {l} of a GGUF file"),
+                what: format!("PLE layer {l} together with tensor {t:?}: name one or the other"),
             })
             .in_file(path));
         }
         let model = Model::open(path).map_err(|e| Error::from(e).in_file(path))?;
+        if let Some(l) = layer {
+            if model.architecture() == Some(crate::ngram::GEMMA_ARCH) {
+                return Err(Error::from(CheckpointError::Unsupported {
+                    what: format!(
+                        "PLE layer {l} of a gemma4 file: its one table holds every layer in each row (open it without a layer)"
+                    ),
+                })
+                .in_file(path));
+            }
+            let layers = gguf_ple_layers(&model);
+            if !layers.contains(&l) {
+                return Err(
+                    Error::from(CheckpointError::NoSuchLayer { layer: l, layers }).in_file(path),
+                );
+            }
+        }
         Table::of_tensor_or_ple(Arc::new(model), tensor).map_err(|e| e.in_file(path))
+    }
+
+    /// The decoder layers (0-based) holding this table, sorted: a
+    /// checkpoint's PLE layers (every one found, not only this table's), a
+    /// qwen4exp GGUF file's `qwen4exp.ple.layers` (0-based decoder layer
+    /// indices, as llama.cpp's `il`); empty for Gemma 4 (one table for all
+    /// layers), another tensor, or a file that does not say.
+    pub fn ple_layers(&self) -> Vec<u64> {
+        match &self.shared.source {
+            Source::Checkpoint { table, .. } => table.ple_layers.clone(),
+            Source::Model(m) if self.name() == crate::layout::PLE_TENSOR => gguf_ple_layers(m),
+            Source::Model(_) => Vec::new(),
+        }
+    }
+
+    /// The decoder layer (0-based) whose PLE table this is: the one asked
+    /// for, or the lowest PLE layer when none was; `None` when unknown
+    /// (Gemma 4, another tensor, a file that does not say).
+    pub fn layer(&self) -> Option<u64> {
+        match &self.shared.source {
+            Source::Checkpoint { table, .. } => table.layer,
+            Source::Model(_) => match self.ple_layers().as_slice() {
+                [one] => Some(*one),
+                _ => None,
+            },
+        }
     }
 
     /// Opens the PLE table of a safetensors checkpoint (a directory, an
     /// index, one `.safetensors` file or a `ple-store.json`).
     pub fn open_checkpoint(path: impl AsRef<Path>) -> Result<Table, Error> {
         let path = path.as_ref();
-        let table = CheckpointTable::open(path).map_err(|e| Error::from(e).in_file(path))?;
+        let table =
+            CheckpointTable::open_layer(path, None).map_err(|e| Error::from(e).in_file(path))?;
         Table::from_checkpoint(Arc::new(table), path)
     }
 
