@@ -52,7 +52,7 @@ def record(name: str, ok: bool, detail: str = "") -> None:
     print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
 
 
-def tiny_config(ple_layer_ids=(1,), parts=4, base=4001, layers=3, **extra) -> Qwen4ExpTextConfig:
+def tiny_config(ple_layer_ids=(1,), parts=4, base=4001, layers=4, **extra) -> Qwen4ExpTextConfig:
     return Qwen4ExpTextConfig(
         vocab_size=1024,
         hidden_size=64,

@@ -315,10 +315,40 @@ impl Table {
         self.table.strategy().name()
     }
 
+    /// The rounding rule of 16-bit outputs ("exact", "vllm", "mlx").
+    #[getter]
+    fn rounding(&self) -> &'static str {
+        self.rounding.name()
+    }
+
+    /// The decoder layer (0-based, ``model.model.layers[layer]``) whose
+    /// PLE table this is, or None (a tensor named by ``tensor=``, Gemma 4).
+    #[getter]
+    fn layer(&self) -> Option<u64> {
+        self.table.layer()
+    }
+
+    /// Every decoder layer of the model that holds a PLE table (0-based,
+    /// sorted); ``layer=`` picks one, the first is the default.
+    #[getter]
+    fn ple_layers(&self) -> Vec<u64> {
+        self.table.ple_layers()
+    }
+
     fn __repr__(&self) -> String {
         let t = &self.table;
+        let layers = t.ple_layers();
+        let layer = match (t.layer(), layers.len()) {
+            (Some(l), n) if n > 1 => format!(" layer={l} (of PLE layers {layers:?})"),
+            (Some(l), _) => format!(" layer={l}"),
+            (None, _) => String::new(),
+        };
+        let rounding = match self.rounding {
+            Rounding::Exact => String::new(),
+            r => format!(" rounding={r}"),
+        };
         format!(
-            "<pleio.Table {} {} rows={} row_elems={} row_bytes={} strategy={} path={:?}>",
+            "<pleio.Table {} {} rows={} row_elems={} row_bytes={}{layer} strategy={}{rounding} path={:?}>",
             t.name(),
             t.ty().name(),
             t.rows(),

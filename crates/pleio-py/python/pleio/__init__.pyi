@@ -81,6 +81,14 @@ class Table:
     def tensor(self) -> str: ...
     @property
     def strategy(self) -> Strategy: ...
+    @property
+    def rounding(self) -> Rounding: ...
+    @property
+    def layer(self) -> Optional[int]:
+        """The decoder layer (0-based) whose PLE table this is."""
+    @property
+    def ple_layers(self) -> list[int]:
+        """Every decoder layer holding a PLE table (0-based, sorted)."""
     def gather(
         self,
         ids: IntsLike,
