@@ -151,7 +151,14 @@ def stock_tables(model) -> list:
 
 def check_model(name: str, path: str, open_kwargs: dict, ref: list[torch.Tensor], stock_path: str | None = None):
     """``install`` into a stock-loaded model, and ``from_pretrained``, each
-    against ``ref``."""
+    against ``ref``; an exception is a FAIL of the case, and the run goes on."""
+    try:
+        _check_model(name, path, open_kwargs, ref, stock_path)
+    except Exception as e:  # noqa: BLE001 - reported, not swallowed
+        record(f"{name}", False, f"{type(e).__name__}: {e}")
+
+
+def _check_model(name, path, open_kwargs, ref, stock_path):
     base = load(stock_path or path)
     n = pt.install(base, path, **open_kwargs)
     ok, detail = identical(run(base), ref)
