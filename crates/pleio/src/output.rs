@@ -1,13 +1,12 @@
 //! The last stage of a gather: a row's stored bytes become the caller's
 //! output in the [`Dtype`] asked for (f32, bf16, f16 or the stored bytes).
 
-use std::cell::RefCell;
 use std::fmt;
 use std::str::FromStr;
 
 use crate::fetch::GatherError;
 use crate::layout::{Layout, RowFormat};
-use crate::quant::convert::{f32_to_bf16, f32_to_f16};
+use crate::quant::convert::{f32_to_bf16_row_le, f32_to_f16_row_le};
 use crate::quant::encoding::EncodingDecoder;
 use crate::quant::{DecodeError, RowDecoder};
 
@@ -31,6 +30,20 @@ impl Decoder {
                 Decoder::Encoded(EncodingDecoder::new(e, n)?)
             }
         })
+    }
+
+    /// This decoder following `rounding` (see [`Rounding`] and
+    /// [`EncodingDecoder::with_rounding`]); GGUF tables take
+    /// [`Rounding::Exact`] only.
+    pub(crate) fn with_rounding(self, rounding: Rounding) -> Result<Decoder, DecodeError> {
+        match self {
+            Decoder::Ggml(d) if rounding == Rounding::Exact => Ok(Decoder::Ggml(d)),
+            Decoder::Ggml(d) => Err(DecodeError::Rounding {
+                rule: rounding.name(),
+                ty: d.ggml_type(),
+            }),
+            Decoder::Encoded(d) => Ok(Decoder::Encoded(d.with_rounding(rounding)?)),
+        }
     }
 
     /// Runs `f` with the parts of the stored row `src` (its parts
@@ -64,26 +77,32 @@ impl Decoder {
         }
     }
 
-    /// Decodes the stored row `src` into bf16 (`bf16 == true`) or f16 bits,
-    /// rounded to nearest even from the exact f32 value.
-    fn decode_half(&self, bf16: bool, src: &[u8], dst: &mut [u8]) -> Result<(), DecodeError> {
+    /// Decodes the stored row `src` into bf16 (`bf16 == true`) or f16
+    /// bits (little-endian, in `dst`), by the decoder's rounding rule;
+    /// `row` and `half` are the caller's scratch (resized here).
+    fn decode_half(
+        &self,
+        bf16: bool,
+        src: &[u8],
+        dst: &mut [u8],
+        row: &mut Vec<f32>,
+        half: &mut Vec<u16>,
+    ) -> Result<(), DecodeError> {
+        let n = dst.len() / 2;
         match self {
-            Decoder::Ggml(d) => with_row(dst.len() / 2, |row| {
+            Decoder::Ggml(d) => {
+                // Two passes in L1: the exact f32 row, then straight into
+                // the output bytes.
+                row.resize(n, 0.0);
                 d.decode(src, row)?;
-                let conv = if bf16 { f32_to_bf16 } else { f32_to_f16 };
-                for (o, &x) in dst.chunks_exact_mut(2).zip(row.iter()) {
-                    o.copy_from_slice(&conv(x).to_le_bytes());
+                if bf16 {
+                    f32_to_bf16_row_le(row, dst);
+                } else {
+                    f32_to_f16_row_le(row, dst);
                 }
-                Ok(())
-            }),
-            Decoder::Encoded(d) => HALF.with(|cell| {
-                let mut fresh = Vec::new();
-                let mut guard = cell.try_borrow_mut();
-                let half = match guard.as_deref_mut() {
-                    Ok(h) => h,
-                    Err(_) => &mut fresh,
-                };
-                half.resize(dst.len() / 2, 0);
+            }
+            Decoder::Encoded(d) => {
+                half.resize(n, 0);
                 Decoder::with_parts(d, src, |p| {
                     if bf16 {
                         d.decode_bf16(p, half)
@@ -94,9 +113,9 @@ impl Decoder {
                 for (o, &x) in dst.chunks_exact_mut(2).zip(half.iter()) {
                     o.copy_from_slice(&x.to_le_bytes());
                 }
-                Ok(())
-            }),
+            }
         }
+        Ok(())
     }
 }
 
@@ -224,19 +243,15 @@ impl Dtype {
     }
 }
 
-thread_local! {
-    /// One decoded row, for the 16-bit and byte outputs.
-    static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    /// One row of 16-bit values, for the checkpoint decoders' direct
-    /// bf16/f16 kernels.
-    static HALF: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
-}
-
 /// Where a gather writes its rows: f32s, or bytes of a [`Dtype`].
 pub(crate) struct Out<'a> {
     buf: Buf<'a>,
     /// Output units (floats or bytes) per row.
     row_len: usize,
+    /// One decoded row, for the byte outputs (kept across rows).
+    row: Vec<f32>,
+    /// One row of 16-bit values, for the 16-bit outputs.
+    half: Vec<u16>,
 }
 
 enum Buf<'a> {
@@ -250,6 +265,8 @@ impl<'a> Out<'a> {
         Out {
             buf: Buf::F32(out),
             row_len: layout.row_elems() as usize,
+            row: Vec::new(),
+            half: Vec::new(),
         }
     }
 
@@ -270,6 +287,8 @@ impl<'a> Out<'a> {
         Ok(Out {
             buf: Buf::Bytes { dtype, bytes: out },
             row_len,
+            row: Vec::new(),
+            half: Vec::new(),
         })
     }
 
@@ -304,29 +323,24 @@ impl<'a> Out<'a> {
                         dst.copy_from_slice(src);
                         Ok(())
                     }
-                    Dtype::F32 => with_row(n / 4, |row| {
+                    Dtype::F32 => {
+                        let row = &mut self.row;
+                        row.resize(n / 4, 0.0);
                         decoder.decode(src, row)?;
                         for (d, x) in dst.chunks_exact_mut(4).zip(row.iter()) {
                             d.copy_from_slice(&x.to_le_bytes());
                         }
                         Ok(())
-                    }),
-                    Dtype::Bf16 | Dtype::F16 => {
-                        decoder.decode_half(*dtype == Dtype::Bf16, src, dst)
                     }
+                    Dtype::Bf16 | Dtype::F16 => decoder.decode_half(
+                        *dtype == Dtype::Bf16,
+                        src,
+                        dst,
+                        &mut self.row,
+                        &mut self.half,
+                    ),
                 }
             }
         }
     }
-}
-
-/// Runs `f` with this thread's row scratch of `elems` floats.
-fn with_row<R>(elems: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    ROW.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut row) => {
-            row.resize(elems, 0.0);
-            f(&mut row[..elems])
-        }
-        Err(_) => f(&mut vec![0.0; elems]),
-    })
 }

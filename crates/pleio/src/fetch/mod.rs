@@ -391,7 +391,6 @@ enum Source {
 struct Shared {
     source: Source,
     table: Layout,
-    decoder: Decoder,
     backends: direct::Backends,
     residency: OnceLock<known_pages::Residency>,
     totals: totals::Totals,
@@ -416,6 +415,9 @@ struct Shared {
 #[derive(Clone)]
 pub struct Table {
     shared: Arc<Shared>,
+    /// The rows' decoder, following `rounding`.
+    decoder: Arc<Decoder>,
+    rounding: Rounding,
     advisor: Arc<dyn Advisor>,
     strategy: Strategy,
     detailed: bool,
@@ -428,6 +430,7 @@ impl fmt::Debug for Table {
             .field("layout", &self.shared.table)
             .field("path", &self.path())
             .field("strategy", &self.strategy)
+            .field("rounding", &self.rounding)
             .finish()
     }
 }
@@ -554,11 +557,12 @@ impl Table {
             shared: Arc::new(Shared {
                 source,
                 table,
-                decoder,
                 backends: direct::Backends::new(paths, files.len()),
                 residency: OnceLock::new(),
                 totals: totals::Totals::default(),
             }),
+            decoder: Arc::new(decoder),
+            rounding: Rounding::Exact,
             advisor: sys::os_advisor(),
             strategy: Strategy::default(),
             detailed: false,
@@ -599,14 +603,31 @@ impl Table {
     /// Rounds 16-bit outputs by `rounding` (see [`Rounding`]); a rule
     /// that does not apply to this table's encoding is an
     /// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) error.
-    pub fn with_rounding(self, rounding: Rounding) -> Result<Table, Error> {
-        if rounding == Rounding::Exact {
+    ///
+    /// The rule belongs to this handle and the clones made from it
+    /// afterwards (clones made before keep theirs); they share the files,
+    /// backends and caches. On error `self` is dropped unchanged: no
+    /// handle with a half-applied rule exists.
+    pub fn with_rounding(mut self, rounding: Rounding) -> Result<Table, Error> {
+        if rounding == self.rounding {
             return Ok(self);
         }
-        Err(self.locate(GatherError::Setup {
-            backend: "decoder",
-            reason: format!("rounding rule {rounding} is not available yet"),
-        }))
+        // Always from the exact decoder, so rules never stack.
+        let decoder = Decoder::for_layout(&self.shared.table)
+            .and_then(|d| d.with_rounding(rounding))
+            .map_err(|e| {
+                Error::from(e)
+                    .in_file(self.source_path())
+                    .in_tensor(self.shared.table.name())
+            })?;
+        self.decoder = Arc::new(decoder);
+        self.rounding = rounding;
+        Ok(self)
+    }
+
+    /// The rounding rule of this handle's outputs (see [`Rounding`]).
+    pub fn rounding(&self) -> Rounding {
+        self.rounding
     }
 
     /// The strategy [`Table::gather`] uses.
@@ -1098,12 +1119,12 @@ impl Table {
         match slots {
             None => {
                 for (i, src) in rows.enumerate() {
-                    out.put(i, src, &self.shared.decoder)?;
+                    out.put(i, src, &self.decoder)?;
                 }
             }
             Some(slots) => {
                 for (src, &j) in rows.zip(slots) {
-                    out.put(j, src, &self.shared.decoder)?;
+                    out.put(j, src, &self.decoder)?;
                 }
             }
         }
