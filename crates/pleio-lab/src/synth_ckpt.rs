@@ -170,6 +170,10 @@ pub struct CkptSpec {
     pub seed: u64,
     /// Leave the table's bytes as holes.
     pub sparse: bool,
+    /// [`CkptEncoding::Fp8`]: write the table scale as the F32 of these
+    /// bits instead of the BF16 [`FP8_SCALE_BF16`] (engines round an F32
+    /// scale to the output type first: see `pleio::Rounding`).
+    pub fp8_scale_f32_bits: Option<u32>,
 }
 
 impl CkptSpec {
@@ -182,6 +186,16 @@ impl CkptSpec {
             shards: RELEASED_SHARDS,
             seed,
             sparse: false,
+            fp8_scale_f32_bits: None,
+        }
+    }
+
+    /// The row encoding the written tensors describe (with
+    /// [`fp8_scale_f32_bits`](Self::fp8_scale_f32_bits) when set).
+    pub fn row_encoding(&self) -> Encoding {
+        match (self.encoding, self.fp8_scale_f32_bits) {
+            (CkptEncoding::Fp8, Some(s)) => Encoding::Fp8(Fp8Scale::PerTensor(f32::from_bits(s))),
+            (e, _) => e.encoding(),
         }
     }
 }
@@ -516,11 +530,15 @@ fn plan(spec: &CkptSpec, layout: &CkptLayout) -> Result<Vec<Vec<Planned>>, Synth
     unrelated(last, &mut rng);
     let prefix = enc.prefix();
     if enc == CkptEncoding::Fp8 {
+        let (dtype, bytes) = match spec.fp8_scale_f32_bits {
+            Some(s) => (Dtype::F32, s.to_le_bytes().to_vec()),
+            None => (Dtype::BF16, FP8_SCALE_BF16.to_le_bytes().to_vec()),
+        };
         last.push(Planned {
             name: format!("{prefix}ngram_embedding.weight_scale"),
-            dtype: Dtype::BF16,
+            dtype,
             shape: vec![1],
-            source: Source::Bytes(FP8_SCALE_BF16.to_le_bytes().to_vec()),
+            source: Source::Bytes(bytes),
         });
     }
     let config = NgramConfig {
