@@ -53,6 +53,11 @@ pub struct Args {
     /// Checkpoint files (`--format safetensors`).
     #[arg(long, default_value_t = 4)]
     files: usize,
+    /// `--encoding fp8`: write the table scale as this F32 (e.g. 2e-4)
+    /// instead of the BF16 nearest 2e-4 (engines round an F32 scale to the
+    /// output type first: see `pleio gather --rounding`).
+    #[arg(long, value_name = "F32")]
+    fp8_scale: Option<f32>,
     /// Architecture whose metadata and table shape to write.
     #[arg(long, value_enum, default_value = "qwen4exp")]
     arch: ArchArg,
@@ -104,6 +109,9 @@ fn parse_rows(s: &str, arch: Arch) -> Result<u64> {
 pub fn run(a: Args) -> Result<()> {
     if a.format == FormatArg::Safetensors {
         return run_checkpoint(a);
+    }
+    if a.fp8_scale.is_some() {
+        bail!("--fp8-scale is for checkpoints (--format safetensors --encoding fp8)");
     }
     let arch = match a.arch {
         ArchArg::Qwen4exp => Arch::Qwen4exp,
@@ -193,8 +201,17 @@ fn run_checkpoint(a: Args) -> Result<()> {
         Some(s) => parse_rows(s, Arch::Qwen4exp)?,
         None => DEFAULT_QWEN_ROWS,
     };
+    if let Some(s) = a.fp8_scale {
+        if encoding != CkptEncoding::Fp8 {
+            bail!("--fp8-scale is for --encoding fp8 (one table scale)");
+        }
+        if !s.is_finite() || s <= 0.0 {
+            bail!("--fp8-scale {s}: a scale is finite and positive");
+        }
+    }
     let spec = CkptSpec {
         sparse: a.sparse,
+        fp8_scale_f32_bits: a.fp8_scale.map(f32::to_bits),
         ..CkptSpec::new(encoding, rows, a.files, a.seed)
     };
     let layout = spec.layout()?;
