@@ -119,21 +119,32 @@ impl Decoder {
     }
 }
 
-/// How 16-bit outputs are rounded: pleio's exact rule, or an engine's
-/// own, reproduced bit for bit so that a drop-in gives the engine's rows.
+/// How outputs are rounded: pleio's exact rule, or an engine's own,
+/// reproduced bit for bit so that a drop-in gives the engine's rows (see
+/// `docs/rounding.md`). [`Dtype::Raw`] is never affected. A rule that does
+/// not apply to a table's encoding is an
+/// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) error of
+/// [`Table::with_rounding`](crate::Table::with_rounding) /
+/// [`OpenOptions::rounding`](crate::OpenOptions::rounding).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Rounding {
     /// The stored value, computed exactly (in f32, where every product of
-    /// the encodings is exact) and rounded once to the output type.
+    /// the encodings is exact) and rounded once to the output type. Every
+    /// table.
     #[default]
     Exact,
-    /// vLLM's and SGLang's rule: an FP8 table's scale is rounded to the
-    /// output type first, then `e4m3 * scale` is rounded to it
-    /// (`rows.to(dtype) * weight_scale.to(dtype)` in torch).
+    /// vLLM's and SGLang's rule (`rows.to(dtype) * weight_scale.to(dtype)`
+    /// in torch), for FP8 tables (per-tensor or per-row scale): bf16 is
+    /// `bf16(e4m3 * bf16(scale))`, f16 is `f16(e4m3 * f16(scale))` (the
+    /// product exact in f32, so rounded once), f32 is exact. BF16, F16 and
+    /// F32 rows: the same as `Exact`.
     Vllm,
-    /// mlx's `mx.dequantize` for MLX affine 4-bit: the output type's
-    /// arithmetic, rounded after each operation (`(scale * q) + bias`).
+    /// mlx's `mx.dequantize` of MLX affine 4-bit tables, which computes in
+    /// the scales' type (bf16) whatever the output type:
+    /// `y = bf16(bf16(scale * q) + bias)` (each operation in f32, rounded to
+    /// bf16), then bf16 is `y`, f16 is `f16(y)` and f32 is `y` widened (so
+    /// f32 outputs change too). BF16 rows: the same as `Exact`.
     Mlx,
 }
 
