@@ -88,7 +88,8 @@ pub(super) mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2")]
     pub(in crate::quant) fn bf16x8<const CANON: bool>(b: __m256i) -> __m256i {
-        let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(1));
+        let hi = _mm256_srli_epi32::<16>(b);
+        let lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
         let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(
             _mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)),
             lsb,
@@ -96,10 +97,13 @@ pub(super) mod avx2 {
         if CANON {
             return rounded;
         }
-        let abs = _mm256_and_si256(b, _mm256_set1_epi32(0x7FFF_FFFF));
-        let is_nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F80_0000));
-        let sign = _mm256_and_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(0x8000));
-        let quiet = _mm256_or_si256(sign, _mm256_set1_epi32(0x7FC0));
+        // NaN lanes (unordered with themselves): the sign over 0x7FC0.
+        let f = _mm256_castsi256_ps(b);
+        let is_nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(f, f));
+        let quiet = _mm256_or_si256(
+            _mm256_and_si256(hi, _mm256_set1_epi32(0x8000)),
+            _mm256_set1_epi32(0x7FC0),
+        );
         _mm256_blendv_epi8(rounded, quiet, is_nan)
     }
 
