@@ -276,7 +276,7 @@ def main():
         expect_share("vllm f16, f32 table scale", shares["fp8-f32"]["f16"], 0.01, 0.7)
         expect_share("vllm f32, f32 table scale", shares["fp8-f32"]["f32"], 0.0, 0.0)
         expect_share("vllm bf16, bf16 row scales", shares["fp8-row"]["bf16"], 0.0, 0.0)
-        expect_share("vllm bf16, f32 row scales", shares["fp8-row-f32"]["bf16"], 0.2, 0.7)
+        expect_share("vllm bf16, f32 row scales", shares["fp8-row-f32"]["bf16"], 0.1, 0.7)
         expect_share("mlx bf16", shares["mlx4"]["bf16"], 0.05, 0.4)
         expect_share("mlx f32 (mlx computes in bf16, then casts)", shares["mlx4"]["f32"], 0.5, 1.0)
 

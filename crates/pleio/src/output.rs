@@ -188,9 +188,11 @@ pub enum Dtype {
     /// Little-endian f32, exactly ggml's `to_float` (the default).
     #[default]
     F32,
-    /// bfloat16 bits, rounded to nearest even from the exact f32.
+    /// bfloat16 bits, rounded to nearest even from the exact f32 (by
+    /// default: see [`Rounding`]).
     Bf16,
-    /// IEEE binary16 bits, rounded to nearest even from the exact f32.
+    /// IEEE binary16 bits, rounded to nearest even from the exact f32 (by
+    /// default: see [`Rounding`]).
     F16,
     /// The row's stored bytes, undecoded (for engines that dequantize on
     /// the GPU): for a checkpoint row stored in several parts (NVFP4,

@@ -863,7 +863,8 @@ impl Table {
 
     /// Gathers `rows` into `out` as `dtype` (little-endian, rows back to
     /// back): f32, bf16 or f16 (rounded to nearest even from the exact f32
-    /// value), or the stored bytes (`raw`). `out` must hold exactly
+    /// value, or by the table's [`Rounding`] rule), or the stored bytes
+    /// (`raw`). `out` must hold exactly
     /// [`Table::out_bytes`]`(dtype, rows.len())` bytes.
     pub fn gather_as(
         &self,
