@@ -122,6 +122,43 @@ typedef struct pleio_sequence pleio_sequence;
 typedef struct pleio_table pleio_table;
 
 /**
+ * The options of `pleio_open_ex`. Zero-initialize it, set `size` to
+ * `sizeof(struct pleio_open_options)`, then the fields wanted; NULL (or
+ * -1 for `layer`) keeps a field's default.
+ */
+typedef struct pleio_open_options {
+  /**
+   * `sizeof(struct pleio_open_options)` as the caller compiled it:
+   * lets later versions add fields. A size this library does not know
+   * is `PLEIO_ERR_ARGUMENT`.
+   */
+  size_t size;
+  /**
+   * A 2-D tensor of a GGUF file to open instead of its PLE table; NULL:
+   * the PLE table.
+   */
+  const char *tensor;
+  /**
+   * The gather strategy (as `pleio_open_with`); NULL: "auto".
+   */
+  const char *strategy;
+  /**
+   * The decoder layer (0-based) whose PLE table to open, for a
+   * checkpoint with several; -1: the first PLE layer's. Other negative
+   * values are `PLEIO_ERR_ARGUMENT`.
+   */
+  int64_t layer;
+  /**
+   * The rounding rule of the outputs: "exact" (the default, also for
+   * NULL), "vllm" or "sglang" (FP8 tables: the scale rounded to the
+   * output type first), "mlx" (MLX 4-bit: mlx's bf16 arithmetic). An
+   * unknown name is `PLEIO_ERR_ARGUMENT`; a rule that does not apply to
+   * the table's encoding is `PLEIO_ERR_UNSUPPORTED`. See docs/rounding.md.
+   */
+  const char *rounding;
+} pleio_open_options;
+
+/**
  * What `pleio_table_info` reports about an open table.
  */
 typedef struct pleio_info {
@@ -239,6 +276,21 @@ typedef struct pleio_stats {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * `pleio_open` with options (see `struct pleio_open_options`); NULL
+ * options are the defaults (as `pleio_open(path, NULL, out)`). Returns
+ * 0 or a `pleio_status`; on failure `*out` is left unchanged.
+ *
+ * # Safety
+ * `path` must be a NUL-terminated string; a non-NULL `opts_or_null` must
+ * point at a readable `struct pleio_open_options` of at least its `size`
+ * field's bytes whose non-NULL strings are NUL-terminated; `out` must
+ * point at writable memory for one pointer.
+ */
+int pleio_open_ex(const char *path,
+                  const struct pleio_open_options *opts_or_null,
+                  struct pleio_table **out);
 
 /**
  * pleio's version ("0.1.0"), a static string.

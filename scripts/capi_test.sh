@@ -63,6 +63,13 @@ python3 -c 'import random; r = random.Random(6); print(" ".join(str(r.randrange(
 for dt in f32 bf16 raw; do
     "$PLEIO" gather "$WORK/ck" --rows-file "$WORK/ck_ids.txt" --dtype $dt -o "$WORK/ck_expect.$dt" >/dev/null
 done
+# an FP8 checkpoint with an F32 table scale: bf16 rows by vLLM's rule
+"$PLEIO" synth --format safetensors --encoding fp8 --fp8-scale 2e-4 --rows 5000 --files 2 \
+    --seed 14 -o "$WORK/fp8" >/dev/null
+"$PLEIO" gather "$WORK/fp8" --rows-file "$WORK/ck_ids.txt" --dtype bf16 --rounding vllm \
+    -o "$WORK/fp8_vllm.bf16" >/dev/null
+"$PLEIO" gather "$WORK/fp8" --rows-file "$WORK/ck_ids.txt" --dtype bf16 \
+    -o "$WORK/fp8_exact.bf16" >/dev/null
 python3 - "$WORK" <<'EOF'
 import json, sys
 from pathlib import Path

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use pleio::lookahead::{Lookahead, Prefetch};
 use pleio::ngram::{OwnedSequence, RowMapper};
-use pleio::{GatherStats, RowId, Strategy, Table};
+use pleio::{GatherStats, OpenOptions, Rounding, RowId, Strategy, Table};
 
 pub use pleio::Dtype;
 
@@ -161,6 +161,44 @@ pub fn open(path: &Path, tensor: Option<&str>, strategy: Option<&str>) -> Result
         Some(t) => Table::open_tensor(path, t)?,
     }
     .with_strategy(strategy);
+    register(table)
+}
+
+/// What `pleio_open_ex` passes: the options of [`OpenOptions`], each
+/// `None` for its default.
+#[derive(Debug, Default)]
+pub struct OpenEx<'a> {
+    /// A GGUF tensor instead of the PLE table.
+    pub tensor: Option<&'a str>,
+    /// The strategy's name.
+    pub strategy: Option<&'a str>,
+    /// The decoder layer whose PLE table to open.
+    pub layer: Option<u64>,
+    /// The rounding rule's name (`exact`, `vllm`, `sglang`, `mlx`).
+    pub rounding: Option<&'a str>,
+}
+
+/// Opens `path` with [`OpenOptions`] made of `o`; returns the handle token.
+pub fn open_ex(path: &Path, o: &OpenEx<'_>) -> Result<usize, Failure> {
+    let strategy = match o.strategy {
+        None => Strategy::default(),
+        Some(s) => s.parse::<Strategy>().map_err(Failure::argument)?,
+    };
+    let rounding = match o.rounding {
+        None => Rounding::default(),
+        Some(r) => r.parse::<Rounding>().map_err(Failure::argument)?,
+    };
+    let table = OpenOptions::new()
+        .tensor_opt(o.tensor)
+        .layer_opt(o.layer)
+        .strategy(strategy)
+        .rounding(rounding)
+        .open(path)?;
+    register(table)
+}
+
+/// Registers an open table; returns its handle token.
+fn register(table: Table) -> Result<usize, Failure> {
     let (arch, rows_per_token) = match table.row_ids() {
         Ok(r) => (r.architecture(), r.rows_per_token() as u64),
         Err(_) => ("", 0),

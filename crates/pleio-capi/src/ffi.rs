@@ -286,6 +286,114 @@ unsafe fn open_common(
     unsafe { publish(out, token, "out (pleio_table **)", api::close) }
 }
 
+/// The options of `pleio_open_ex`. Zero-initialize it, set `size` to
+/// `sizeof(struct pleio_open_options)`, then the fields wanted; NULL (or
+/// -1 for `layer`) keeps a field's default.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct pleio_open_options {
+    /// `sizeof(struct pleio_open_options)` as the caller compiled it:
+    /// lets later versions add fields. A size this library does not know
+    /// is `PLEIO_ERR_ARGUMENT`.
+    pub size: usize,
+    /// A 2-D tensor of a GGUF file to open instead of its PLE table; NULL:
+    /// the PLE table.
+    pub tensor: *const c_char,
+    /// The gather strategy (as `pleio_open_with`); NULL: "auto".
+    pub strategy: *const c_char,
+    /// The decoder layer (0-based) whose PLE table to open, for a
+    /// checkpoint with several; -1: the first PLE layer's. Other negative
+    /// values are `PLEIO_ERR_ARGUMENT`.
+    pub layer: i64,
+    /// The rounding rule of the outputs: "exact" (the default, also for
+    /// NULL), "vllm" or "sglang" (FP8 tables: the scale rounded to the
+    /// output type first), "mlx" (MLX 4-bit: mlx's bf16 arithmetic). An
+    /// unknown name is `PLEIO_ERR_ARGUMENT`; a rule that does not apply to
+    /// the table's encoding is `PLEIO_ERR_UNSUPPORTED`. See docs/rounding.md.
+    pub rounding: *const c_char,
+}
+
+/// `pleio_open` with options (see `struct pleio_open_options`); NULL
+/// options are the defaults (as `pleio_open(path, NULL, out)`). Returns
+/// 0 or a `pleio_status`; on failure `*out` is left unchanged.
+///
+/// # Safety
+/// `path` must be a NUL-terminated string; a non-NULL `opts_or_null` must
+/// point at a readable `struct pleio_open_options` of at least its `size`
+/// field's bytes whose non-NULL strings are NUL-terminated; `out` must
+/// point at writable memory for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pleio_open_ex(
+    path: *const c_char,
+    opts_or_null: *const pleio_open_options,
+    out: *mut *mut pleio_table,
+) -> c_int {
+    // SAFETY: the caller's promise, forwarded.
+    guard(|| unsafe { open_ex(path, opts_or_null, out) })
+}
+
+/// The body of `pleio_open_ex`.
+///
+/// # Safety
+/// As `pleio_open_ex`.
+unsafe fn open_ex(
+    path: *const c_char,
+    opts: *const pleio_open_options,
+    out: *mut *mut pleio_table,
+) -> Result<(), Failure> {
+    if out.is_null() {
+        return Err(Failure::argument("out (pleio_table **) is NULL"));
+    }
+    // SAFETY: the caller promises a NUL-terminated string where not NULL.
+    let path = unsafe { c_str(path) }.ok_or_else(|| Failure::argument("path is NULL"))?;
+    let path = Path::new(OsStr::from_bytes(path.to_bytes()));
+    let known = size_of::<pleio_open_options>();
+    let o = if opts.is_null() {
+        None
+    } else {
+        check_ptr(opts, 1, "opts (struct pleio_open_options *)")?;
+        // SAFETY: non-NULL and aligned (checked); the caller promises a
+        // readable struct, whose first field is `size`.
+        let size = unsafe { std::ptr::addr_of!((*opts).size).read() };
+        if size != known {
+            return Err(Failure::argument(format!(
+                "pleio_open_options.size is {size}: this library knows only {known}                  (sizeof(struct pleio_open_options) of its pleio.h)"
+            )));
+        }
+        // SAFETY: as above; the caller's `size` says the whole struct is there.
+        Some(unsafe { opts.read() })
+    };
+    let text = |p: *const c_char, what: &str| -> Result<Option<&str>, Failure> {
+        // SAFETY: the caller promises NUL-terminated strings where not NULL.
+        unsafe { c_str(p) }
+            .map(|s| {
+                s.to_str()
+                    .map_err(|_| Failure::argument(format!("{what} is not UTF-8")))
+            })
+            .transpose()
+    };
+    let ex = match &o {
+        None => api::OpenEx::default(),
+        Some(o) => api::OpenEx {
+            tensor: text(o.tensor, "tensor name")?,
+            strategy: text(o.strategy, "strategy name")?,
+            layer: match o.layer {
+                -1 => None,
+                l => Some(u64::try_from(l).map_err(|_| {
+                    Failure::argument(format!(
+                        "layer {l}: a decoder layer is 0 or more (-1: the default)"
+                    ))
+                })?),
+            },
+            rounding: text(o.rounding, "rounding rule name")?,
+        },
+    };
+    let token = api::open_ex(path, &ex)?;
+    // SAFETY: `out` is non-NULL (checked above); the caller promises it
+    // points at a writable `pleio_table *`.
+    unsafe { publish(out, token, "out (pleio_table **)", api::close) }
+}
+
 /// pleio's version ("0.1.0"), a static string.
 #[no_mangle]
 pub extern "C" fn pleio_version() -> *const c_char {

@@ -272,6 +272,10 @@ pub struct CkptSpec {
     pub ple_layers: Vec<u64>,
     /// How each table's rows are split into shards.
     pub shard_rows: ShardRows,
+    /// [`CkptEncoding::Fp8`]: write the table scale as the F32 of these
+    /// bits instead of the BF16 [`FP8_SCALE_BF16`] (engines round an F32
+    /// scale to the output type first: see `pleio::Rounding`).
+    pub fp8_scale_f32_bits: Option<u32>,
 }
 
 impl CkptSpec {
@@ -287,6 +291,16 @@ impl CkptSpec {
             sparse: false,
             ple_layers: RELEASED_PLE_LAYER_IDS.to_vec(),
             shard_rows: ShardRows::Even,
+            fp8_scale_f32_bits: None,
+        }
+    }
+
+    /// The row encoding the written tensors describe (with
+    /// [`fp8_scale_f32_bits`](Self::fp8_scale_f32_bits) when set).
+    pub fn row_encoding(&self) -> Encoding {
+        match (self.encoding, self.fp8_scale_f32_bits) {
+            (CkptEncoding::Fp8, Some(s)) => Encoding::Fp8(Fp8Scale::PerTensor(f32::from_bits(s))),
+            (e, _) => e.encoding(),
         }
     }
 }
@@ -786,11 +800,15 @@ fn plan(spec: &CkptSpec, layout: &CkptLayout) -> Result<Vec<Vec<Planned>>, Synth
     for l in &layout.layers {
         let prefix = enc.prefix(l.layer);
         if enc == CkptEncoding::Fp8 {
+            let (dtype, bytes) = match spec.fp8_scale_f32_bits {
+                Some(s) => (Dtype::F32, s.to_le_bytes().to_vec()),
+                None => (Dtype::BF16, FP8_SCALE_BF16.to_le_bytes().to_vec()),
+            };
             last.push(Planned {
                 name: format!("{prefix}ngram_embedding.weight_scale"),
-                dtype: Dtype::BF16,
+                dtype,
                 shape: vec![1],
-                source: Source::Bytes(FP8_SCALE_BF16.to_le_bytes().to_vec()),
+                source: Source::Bytes(bytes),
             });
         }
         for (name, vals) in [

@@ -1,13 +1,12 @@
 //! The last stage of a gather: a row's stored bytes become the caller's
 //! output in the [`Dtype`] asked for (f32, bf16, f16 or the stored bytes).
 
-use std::cell::RefCell;
 use std::fmt;
 use std::str::FromStr;
 
 use crate::fetch::GatherError;
 use crate::layout::{Layout, RowFormat};
-use crate::quant::convert::{f32_to_bf16, f32_to_f16};
+use crate::quant::convert::{f32_to_bf16_row_le, f32_to_f16_row_le};
 use crate::quant::encoding::EncodingDecoder;
 use crate::quant::{DecodeError, RowDecoder};
 
@@ -31,6 +30,20 @@ impl Decoder {
                 Decoder::Encoded(EncodingDecoder::new(e, n)?)
             }
         })
+    }
+
+    /// This decoder following `rounding` (see [`Rounding`] and
+    /// [`EncodingDecoder::with_rounding`]); GGUF tables take
+    /// [`Rounding::Exact`] only.
+    pub(crate) fn with_rounding(self, rounding: Rounding) -> Result<Decoder, DecodeError> {
+        match self {
+            Decoder::Ggml(d) if rounding == Rounding::Exact => Ok(Decoder::Ggml(d)),
+            Decoder::Ggml(d) => Err(DecodeError::Rounding {
+                rule: rounding.name(),
+                ty: d.ggml_type(),
+            }),
+            Decoder::Encoded(d) => Ok(Decoder::Encoded(d.with_rounding(rounding)?)),
+        }
     }
 
     /// Runs `f` with the parts of the stored row `src` (its parts
@@ -64,26 +77,32 @@ impl Decoder {
         }
     }
 
-    /// Decodes the stored row `src` into bf16 (`bf16 == true`) or f16 bits,
-    /// rounded to nearest even from the exact f32 value.
-    fn decode_half(&self, bf16: bool, src: &[u8], dst: &mut [u8]) -> Result<(), DecodeError> {
+    /// Decodes the stored row `src` into bf16 (`bf16 == true`) or f16
+    /// bits (little-endian, in `dst`), by the decoder's rounding rule;
+    /// `row` and `half` are the caller's scratch (resized here).
+    fn decode_half(
+        &self,
+        bf16: bool,
+        src: &[u8],
+        dst: &mut [u8],
+        row: &mut Vec<f32>,
+        half: &mut Vec<u16>,
+    ) -> Result<(), DecodeError> {
+        let n = dst.len() / 2;
         match self {
-            Decoder::Ggml(d) => with_row(dst.len() / 2, |row| {
+            Decoder::Ggml(d) => {
+                // Two passes in L1: the exact f32 row, then straight into
+                // the output bytes.
+                row.resize(n, 0.0);
                 d.decode(src, row)?;
-                let conv = if bf16 { f32_to_bf16 } else { f32_to_f16 };
-                for (o, &x) in dst.chunks_exact_mut(2).zip(row.iter()) {
-                    o.copy_from_slice(&conv(x).to_le_bytes());
+                if bf16 {
+                    f32_to_bf16_row_le(row, dst);
+                } else {
+                    f32_to_f16_row_le(row, dst);
                 }
-                Ok(())
-            }),
-            Decoder::Encoded(d) => HALF.with(|cell| {
-                let mut fresh = Vec::new();
-                let mut guard = cell.try_borrow_mut();
-                let half = match guard.as_deref_mut() {
-                    Ok(h) => h,
-                    Err(_) => &mut fresh,
-                };
-                half.resize(dst.len() / 2, 0);
+            }
+            Decoder::Encoded(d) => {
+                half.resize(n, 0);
                 Decoder::with_parts(d, src, |p| {
                     if bf16 {
                         d.decode_bf16(p, half)
@@ -94,27 +113,38 @@ impl Decoder {
                 for (o, &x) in dst.chunks_exact_mut(2).zip(half.iter()) {
                     o.copy_from_slice(&x.to_le_bytes());
                 }
-                Ok(())
-            }),
+            }
         }
+        Ok(())
     }
 }
 
-/// How 16-bit outputs are rounded: pleio's exact rule, or an engine's
-/// own, reproduced bit for bit so that a drop-in gives the engine's rows.
+/// How outputs are rounded: pleio's exact rule, or an engine's own,
+/// reproduced bit for bit so that a drop-in gives the engine's rows (see
+/// `docs/rounding.md`). [`Dtype::Raw`] is never affected. A rule that does
+/// not apply to a table's encoding is an
+/// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) error of
+/// [`Table::with_rounding`](crate::Table::with_rounding) /
+/// [`OpenOptions::rounding`](crate::OpenOptions::rounding).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Rounding {
     /// The stored value, computed exactly (in f32, where every product of
-    /// the encodings is exact) and rounded once to the output type.
+    /// the encodings is exact) and rounded once to the output type. Every
+    /// table.
     #[default]
     Exact,
-    /// vLLM's and SGLang's rule: an FP8 table's scale is rounded to the
-    /// output type first, then `e4m3 * scale` is rounded to it
-    /// (`rows.to(dtype) * weight_scale.to(dtype)` in torch).
+    /// vLLM's and SGLang's rule (`rows.to(dtype) * weight_scale.to(dtype)`
+    /// in torch), for FP8 tables (per-tensor or per-row scale): bf16 is
+    /// `bf16(e4m3 * bf16(scale))`, f16 is `f16(e4m3 * f16(scale))` (the
+    /// product exact in f32, so rounded once), f32 is exact. BF16, F16 and
+    /// F32 rows: the same as `Exact`.
     Vllm,
-    /// mlx's `mx.dequantize` for MLX affine 4-bit: the output type's
-    /// arithmetic, rounded after each operation (`(scale * q) + bias`).
+    /// mlx's `mx.dequantize` of MLX affine 4-bit tables, which computes in
+    /// the scales' type (bf16) whatever the output type:
+    /// `y = bf16(bf16(scale * q) + bias)` (each operation in f32, rounded to
+    /// bf16), then bf16 is `y`, f16 is `f16(y)` and f32 is `y` widened (so
+    /// f32 outputs change too). BF16 rows: the same as `Exact`.
     Mlx,
 }
 
@@ -158,9 +188,11 @@ pub enum Dtype {
     /// Little-endian f32, exactly ggml's `to_float` (the default).
     #[default]
     F32,
-    /// bfloat16 bits, rounded to nearest even from the exact f32.
+    /// bfloat16 bits, rounded to nearest even from the exact f32 (by
+    /// default: see [`Rounding`]).
     Bf16,
-    /// IEEE binary16 bits, rounded to nearest even from the exact f32.
+    /// IEEE binary16 bits, rounded to nearest even from the exact f32 (by
+    /// default: see [`Rounding`]).
     F16,
     /// The row's stored bytes, undecoded (for engines that dequantize on
     /// the GPU): for a checkpoint row stored in several parts (NVFP4,
@@ -224,19 +256,15 @@ impl Dtype {
     }
 }
 
-thread_local! {
-    /// One decoded row, for the 16-bit and byte outputs.
-    static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    /// One row of 16-bit values, for the checkpoint decoders' direct
-    /// bf16/f16 kernels.
-    static HALF: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
-}
-
 /// Where a gather writes its rows: f32s, or bytes of a [`Dtype`].
 pub(crate) struct Out<'a> {
     buf: Buf<'a>,
     /// Output units (floats or bytes) per row.
     row_len: usize,
+    /// One decoded row, for the byte outputs (kept across rows).
+    row: Vec<f32>,
+    /// One row of 16-bit values, for the 16-bit outputs.
+    half: Vec<u16>,
 }
 
 enum Buf<'a> {
@@ -250,6 +278,8 @@ impl<'a> Out<'a> {
         Out {
             buf: Buf::F32(out),
             row_len: layout.row_elems() as usize,
+            row: Vec::new(),
+            half: Vec::new(),
         }
     }
 
@@ -270,6 +300,8 @@ impl<'a> Out<'a> {
         Ok(Out {
             buf: Buf::Bytes { dtype, bytes: out },
             row_len,
+            row: Vec::new(),
+            half: Vec::new(),
         })
     }
 
@@ -304,29 +336,24 @@ impl<'a> Out<'a> {
                         dst.copy_from_slice(src);
                         Ok(())
                     }
-                    Dtype::F32 => with_row(n / 4, |row| {
+                    Dtype::F32 => {
+                        let row = &mut self.row;
+                        row.resize(n / 4, 0.0);
                         decoder.decode(src, row)?;
                         for (d, x) in dst.chunks_exact_mut(4).zip(row.iter()) {
                             d.copy_from_slice(&x.to_le_bytes());
                         }
                         Ok(())
-                    }),
-                    Dtype::Bf16 | Dtype::F16 => {
-                        decoder.decode_half(*dtype == Dtype::Bf16, src, dst)
                     }
+                    Dtype::Bf16 | Dtype::F16 => decoder.decode_half(
+                        *dtype == Dtype::Bf16,
+                        src,
+                        dst,
+                        &mut self.row,
+                        &mut self.half,
+                    ),
                 }
             }
         }
     }
-}
-
-/// Runs `f` with this thread's row scratch of `elems` floats.
-fn with_row<R>(elems: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    ROW.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut row) => {
-            row.resize(elems, 0.0);
-            f(&mut row[..elems])
-        }
-        Err(_) => f(&mut vec![0.0; elems]),
-    })
 }

@@ -386,6 +386,75 @@ int main(int argc, char **argv) {
         pleio_close(c);
     }
 
+    /* pleio_open_ex: options, vLLM's rounding on an FP8 checkpoint with an
+       F32 scale equals `pleio gather --rounding vllm`, bad options */
+    {
+        size_t cn = 0;
+        int64_t *cids = ints("ck_ids.txt", &cn);
+        size_t len = 0, elen = 0;
+        void *expect = slurp("fp8_vllm.bf16", &len);
+        void *exact = slurp("fp8_exact.bf16", &elen);
+        CHECK(len == cn * 160 * 2 && elen == len, "fp8_vllm.bf16 holds %zu bytes", len);
+        CHECK(memcmp(expect, exact, len) != 0, "the vllm rule changes some bf16 rows");
+        pleio_open_options o;
+        memset(&o, 0, sizeof o);
+        o.size = sizeof o;
+        o.layer = -1;
+        o.rounding = "vllm";
+        o.strategy = "pread";
+        pleio_table *v = NULL;
+        CHECK(pleio_open_ex(at("fp8"), &o, &v) == PLEIO_OK && v != NULL, "open_ex vllm: %s", pleio_last_error());
+        void *got = malloc(len);
+        CHECK(pleio_gather(v, cids, cn, PLEIO_DTYPE_BF16, got, len, NULL) == PLEIO_OK, "gather vllm bf16");
+        CHECK(memcmp(got, expect, len) == 0, "open_ex rounding=vllm bf16 equals pleio gather --rounding vllm");
+        pleio_info vi;
+        CHECK(pleio_table_info(v, &vi) == PLEIO_OK && strcmp(vi.strategy, "pread") == 0, "open_ex strategy");
+        pleio_close(v);
+        o.rounding = "sglang";
+        o.strategy = NULL;
+        CHECK(pleio_open_ex(at("fp8"), &o, &v) == PLEIO_OK, "open_ex sglang");
+        memset(got, 0, len);
+        CHECK(pleio_gather(v, cids, cn, PLEIO_DTYPE_BF16, got, len, NULL) == PLEIO_OK &&
+                  memcmp(got, expect, len) == 0,
+              "sglang is vllm's rule");
+        pleio_close(v);
+        /* NULL options and NULL fields: the defaults (exact) */
+        CHECK(pleio_open_ex(at("fp8"), NULL, &v) == PLEIO_OK, "open_ex NULL options");
+        CHECK(pleio_gather(v, cids, cn, PLEIO_DTYPE_BF16, got, len, NULL) == PLEIO_OK &&
+                  memcmp(got, exact, len) == 0,
+              "default rounding is exact");
+        pleio_close(v);
+        free(got);
+        free(expect);
+        free(exact);
+        free(cids);
+
+        pleio_table *bad = NULL;
+        o.rounding = "banker";
+        CHECK(pleio_open_ex(at("fp8"), &o, &bad) == PLEIO_ERR_ARGUMENT && bad == NULL, "unknown rounding");
+        CHECK(mentions(pleio_last_error(), "banker") && mentions(pleio_last_error(), "vllm"),
+              "message names the rule and the known ones: %s", pleio_last_error());
+        o.rounding = "mlx";
+        CHECK(pleio_open_ex(at("fp8"), &o, &bad) == PLEIO_ERR_UNSUPPORTED && bad == NULL, "mlx on FP8");
+        CHECK(mentions(pleio_last_error(), "mlx"), "message names the rule: %s", pleio_last_error());
+        o.rounding = "vllm";
+        CHECK(pleio_open_ex(at("q.gguf"), &o, &bad) == PLEIO_ERR_UNSUPPORTED && bad == NULL, "vllm on GGUF");
+        o.rounding = NULL;
+        o.size = sizeof o + 8;
+        CHECK(pleio_open_ex(at("fp8"), &o, &bad) == PLEIO_ERR_ARGUMENT && bad == NULL, "size too big");
+        CHECK(mentions(pleio_last_error(), "size"), "message names size: %s", pleio_last_error());
+        o.size = 8;
+        CHECK(pleio_open_ex(at("fp8"), &o, &bad) == PLEIO_ERR_ARGUMENT && bad == NULL, "size too small");
+        o.size = sizeof o;
+        o.layer = -2;
+        CHECK(pleio_open_ex(at("fp8"), &o, &bad) == PLEIO_ERR_ARGUMENT && bad == NULL, "layer -2");
+        o.layer = -1;
+        CHECK(pleio_open_ex(NULL, &o, &bad) == PLEIO_ERR_ARGUMENT, "NULL path");
+        CHECK(pleio_open_ex(at("fp8"), &o, NULL) == PLEIO_ERR_ARGUMENT, "NULL out");
+        o.tensor = "no_such.weight";
+        CHECK(pleio_open_ex(at("q.gguf"), &o, &bad) == PLEIO_ERR_NO_TABLE && bad == NULL, "open_ex no such tensor");
+    }
+
     /* --- closing --- */
     pleio_sequence *orphan = NULL;
     CHECK(pleio_sequence_new(t, &orphan) == PLEIO_OK, "a sequence outliving its table");

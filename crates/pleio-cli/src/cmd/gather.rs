@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use pleio::fetch::{GatherStats, Strategy, Table};
 use pleio::CachePolicy;
-use pleio::Dtype;
+use pleio::{Dtype, Rounding};
 use serde_json::json;
 
 use crate::lists::{read_row_list, MAX_ROW_IDS};
@@ -44,7 +44,7 @@ const MAX_ROW_OUT_BYTES: u64 = 1 << 30;
 /// The table is a GGUF file or a safetensors checkpoint (its directory,
 /// model.safetensors.index.json, one .safetensors file, or a
 /// ple-store.json). bf16 and f16 are rounded to nearest even from the
-/// exact f32 value; raw is each row's stored bytes (for a checkpoint row of
+/// exact f32 value, or by an engine's rule (--rounding); raw is each row's stored bytes (for a checkpoint row of
 /// several parts, its parts concatenated: NVFP4 nibbles then block scales;
 /// MLX words, scales, biases).
 ///
@@ -97,6 +97,13 @@ pub struct Args {
     /// Output element type: f32, bf16, f16, or raw (the stored bytes).
     #[arg(long, default_value = "f32")]
     dtype: Dtype,
+    /// How values are rounded to --dtype (raw is never affected):
+    ///   exact:       the exact value, rounded once (every table; the default).
+    ///   vllm/sglang: FP8 tables: dtype(e4m3 * dtype(scale)), the scale rounded first (f32: exact).
+    ///   mlx:         MLX 4-bit: mlx's bf16(bf16(scale * q) + bias), then cast to --dtype.
+    /// A rule that does not apply to the table's encoding is an error.
+    #[arg(long, default_value = "exact", verbatim_doc_comment)]
+    rounding: Rounding,
     /// Overwrite an existing output file.
     #[arg(long)]
     force: bool,
@@ -147,7 +154,9 @@ pub fn run(a: Args) -> Result<()> {
     // The error names the file (and the tensor) itself.
     let mut reader = a
         .layer
-        .open(&a.file, a.tensor.as_deref())?
+        .options(a.tensor.as_deref())
+        .rounding(a.rounding)
+        .open(&a.file)?
         .with_detailed_stats(a.stats || a.json);
     if let Some(b) = a.budget {
         reader = reader.with_budget(b)?;
@@ -218,6 +227,7 @@ fn stats_text(a: &Args, reader: &Table, stats: &GatherStats, chunks: usize) -> S
         let j = json!({
             "strategy": a.strategy.name(),
             "dtype": a.dtype.name(),
+            "rounding": reader.rounding().name(),
             "tensor": table.name(),
             "rows": stats.rows,
             "bytes": stats.bytes,
@@ -273,6 +283,7 @@ fn stats_text(a: &Args, reader: &Table, stats: &GatherStats, chunks: usize) -> S
             stats.backend.unwrap_or("none (mapped)"),
             if stats.fallback { " (fallback)" } else { "" }
         ),
+        format!("  rounding         {} ({})", reader.rounding(), a.dtype),
     ];
     if stats.rearmed {
         lines.push("  rearmed          yes (auto found pages evicted behind its back)".into());

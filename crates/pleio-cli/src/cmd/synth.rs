@@ -68,6 +68,11 @@ pub struct Args {
     /// shards shards one row more).
     #[arg(long, default_value = "even")]
     shard_rows: String,
+    /// `--encoding fp8`: write the table scale as this F32 (e.g. 2e-4)
+    /// instead of the BF16 nearest 2e-4 (engines round an F32 scale to the
+    /// output type first: see `pleio gather --rounding`).
+    #[arg(long, value_name = "F32")]
+    fp8_scale: Option<f32>,
     /// Architecture whose metadata and table shape to write.
     #[arg(long, value_enum, default_value = "qwen4exp")]
     arch: ArchArg,
@@ -122,6 +127,9 @@ pub fn run(a: Args) -> Result<()> {
     }
     if a.ple_layers != [2] || a.shard_rows != "even" || a.shards != 128 {
         bail!("--ple-layers, --shard-rows and --shards are for --format safetensors (a GGUF file has one table)");
+    }
+    if a.fp8_scale.is_some() {
+        bail!("--fp8-scale is for checkpoints (--format safetensors --encoding fp8)");
     }
     let arch = match a.arch {
         ArchArg::Qwen4exp => Arch::Qwen4exp,
@@ -217,11 +225,20 @@ fn run_checkpoint(a: Args) -> Result<()> {
             a.shard_rows
         )
     })?;
+    if let Some(s) = a.fp8_scale {
+        if encoding != CkptEncoding::Fp8 {
+            bail!("--fp8-scale is for --encoding fp8 (one table scale)");
+        }
+        if !s.is_finite() || s <= 0.0 {
+            bail!("--fp8-scale {s}: a scale is finite and positive");
+        }
+    }
     let spec = CkptSpec {
         sparse: a.sparse,
         shards: a.shards,
         ple_layers: a.ple_layers.clone(),
         shard_rows,
+        fp8_scale_f32_bits: a.fp8_scale.map(f32::to_bits),
         ..CkptSpec::new(encoding, rows, a.files, a.seed)
     };
     let layout = spec.layout()?;

@@ -387,7 +387,7 @@ impl CachedReader {
                 out,
                 &s.order[g.start..g.end],
                 &st.bytes[u * rb..(u + 1) * rb],
-                &t.shared.decoder,
+                &t.decoder,
             )?;
         }
         Ok(())

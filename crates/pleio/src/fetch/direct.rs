@@ -297,7 +297,7 @@ impl Table {
                     }
                     &joined[..]
                 };
-                out.put(i, src, &self.shared.decoder)?;
+                out.put(i, src, &self.decoder)?;
             }
             Ok(())
         });

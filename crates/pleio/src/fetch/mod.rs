@@ -408,7 +408,6 @@ fn gguf_ple_layers(model: &Model) -> Vec<u64> {
 struct Shared {
     source: Source,
     table: Layout,
-    decoder: Decoder,
     backends: direct::Backends,
     residency: OnceLock<known_pages::Residency>,
     totals: totals::Totals,
@@ -433,6 +432,9 @@ struct Shared {
 #[derive(Clone)]
 pub struct Table {
     shared: Arc<Shared>,
+    /// The rows' decoder, following `rounding`.
+    decoder: Arc<Decoder>,
+    rounding: Rounding,
     advisor: Arc<dyn Advisor>,
     strategy: Strategy,
     detailed: bool,
@@ -445,6 +447,7 @@ impl fmt::Debug for Table {
             .field("layout", &self.shared.table)
             .field("path", &self.path())
             .field("strategy", &self.strategy)
+            .field("rounding", &self.rounding)
             .finish()
     }
 }
@@ -614,11 +617,12 @@ impl Table {
             shared: Arc::new(Shared {
                 source,
                 table,
-                decoder,
                 backends: direct::Backends::new(paths, files.len()),
                 residency: OnceLock::new(),
                 totals: totals::Totals::default(),
             }),
+            decoder: Arc::new(decoder),
+            rounding: Rounding::Exact,
             advisor: sys::os_advisor(),
             strategy: Strategy::default(),
             detailed: false,
@@ -659,14 +663,31 @@ impl Table {
     /// Rounds 16-bit outputs by `rounding` (see [`Rounding`]); a rule
     /// that does not apply to this table's encoding is an
     /// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) error.
-    pub fn with_rounding(self, rounding: Rounding) -> Result<Table, Error> {
-        if rounding == Rounding::Exact {
+    ///
+    /// The rule belongs to this handle and the clones made from it
+    /// afterwards (clones made before keep theirs); they share the files,
+    /// backends and caches. On error `self` is dropped unchanged: no
+    /// handle with a half-applied rule exists.
+    pub fn with_rounding(mut self, rounding: Rounding) -> Result<Table, Error> {
+        if rounding == self.rounding {
             return Ok(self);
         }
-        Err(self.locate(GatherError::Setup {
-            backend: "decoder",
-            reason: format!("rounding rule {rounding} is not available yet"),
-        }))
+        // Always from the exact decoder, so rules never stack.
+        let decoder = Decoder::for_layout(&self.shared.table)
+            .and_then(|d| d.with_rounding(rounding))
+            .map_err(|e| {
+                Error::from(e)
+                    .in_file(self.source_path())
+                    .in_tensor(self.shared.table.name())
+            })?;
+        self.decoder = Arc::new(decoder);
+        self.rounding = rounding;
+        Ok(self)
+    }
+
+    /// The rounding rule of this handle's outputs (see [`Rounding`]).
+    pub fn rounding(&self) -> Rounding {
+        self.rounding
     }
 
     /// The strategy [`Table::gather`] uses.
@@ -902,7 +923,8 @@ impl Table {
 
     /// Gathers `rows` into `out` as `dtype` (little-endian, rows back to
     /// back): f32, bf16 or f16 (rounded to nearest even from the exact f32
-    /// value), or the stored bytes (`raw`). `out` must hold exactly
+    /// value, or by the table's [`Rounding`] rule), or the stored bytes
+    /// (`raw`). `out` must hold exactly
     /// [`Table::out_bytes`]`(dtype, rows.len())` bytes.
     pub fn gather_as(
         &self,
@@ -1158,12 +1180,12 @@ impl Table {
         match slots {
             None => {
                 for (i, src) in rows.enumerate() {
-                    out.put(i, src, &self.shared.decoder)?;
+                    out.put(i, src, &self.decoder)?;
                 }
             }
             Some(slots) => {
                 for (src, &j) in rows.zip(slots) {
-                    out.put(j, src, &self.shared.decoder)?;
+                    out.put(j, src, &self.decoder)?;
                 }
             }
         }

@@ -80,6 +80,26 @@ pub fn f32_to_f16_row(src: &[f32], dst: &mut [u16]) {
     }
 }
 
+/// [`f32_to_bf16_row`] writing little-endian bytes: `dst.len() / 2`
+/// values (extra elements of `src` or a last odd byte are left alone).
+pub fn f32_to_bf16_row_le(src: &[f32], dst: &mut [u8]) {
+    if !super::convert_simd::bf16_row_le(src, dst) {
+        for (y, &x) in dst.chunks_exact_mut(2).zip(src) {
+            y.copy_from_slice(&f32_to_bf16(x).to_le_bytes());
+        }
+    }
+}
+
+/// [`f32_to_f16_row`] writing little-endian bytes: `dst.len() / 2`
+/// values (extra elements of `src` or a last odd byte are left alone).
+pub fn f32_to_f16_row_le(src: &[f32], dst: &mut [u8]) {
+    if !super::convert_simd::f16_row_le(src, dst) {
+        for (y, &x) in dst.chunks_exact_mut(2).zip(src) {
+            y.copy_from_slice(&f32_to_f16(x).to_le_bytes());
+        }
+    }
+}
+
 /// The scalar reference of [`f32_to_bf16_row`].
 pub fn f32_to_bf16_row_scalar(src: &[f32], dst: &mut [u16]) {
     for (y, &x) in dst.iter_mut().zip(src) {
@@ -279,6 +299,31 @@ mod tests {
             };
             assert_eq!(s, want, "{:#010x}", x.to_bits());
             assert_eq!(f, want, "simd {:#010x}", x.to_bits());
+        }
+    }
+
+    #[test]
+    fn byte_rows_equal_the_u16_rows() {
+        let xs: Vec<f32> = samples().into_iter().map(f32::from_bits).collect();
+        // Odd lengths and offsets exercise the tails and unaligned stores.
+        for (start, len) in [(0, xs.len()), (1, 17), (3, 100), (5, 7), (0, 0)] {
+            let x = &xs[start..start + len];
+            let mut h = vec![0u16; len];
+            let mut b = vec![0u8; 2 * len + 1];
+            f32_to_bf16_row_scalar(x, &mut h);
+            f32_to_bf16_row_le(x, &mut b[1..]);
+            let got: Vec<u16> = b[1..]
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                .collect();
+            assert_eq!(got, h, "bf16 {start} {len}");
+            f32_to_f16_row_scalar(x, &mut h);
+            f32_to_f16_row_le(x, &mut b[1..]);
+            let got: Vec<u16> = b[1..]
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                .collect();
+            assert_eq!(got, h, "f16 {start} {len}");
         }
     }
 }

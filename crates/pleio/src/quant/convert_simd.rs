@@ -33,6 +33,36 @@ pub(super) fn f16_row(src: &[f32], dst: &mut [u16]) -> bool {
     false
 }
 
+/// [`bf16_row`] writing little-endian bytes (`dst.len() / 2` values).
+pub(super) fn bf16_row_le(src: &[f32], dst: &mut [u8]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 was just detected.
+            unsafe { avx2::bf16_row_le(src, dst) };
+            return true;
+        }
+    }
+    let _ = (src, dst);
+    false
+}
+
+/// [`f16_row`] writing little-endian bytes (`dst.len() / 2` values).
+pub(super) fn f16_row_le(src: &[f32], dst: &mut [u8]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            // SAFETY: AVX2 and F16C were just detected.
+            unsafe { avx2::f16_row_le(src, dst) };
+            return true;
+        }
+    }
+    let _ = (src, dst);
+    false
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
     use std::arch::x86_64::*;
@@ -58,7 +88,8 @@ pub(super) mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2")]
     pub(in crate::quant) fn bf16x8<const CANON: bool>(b: __m256i) -> __m256i {
-        let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(1));
+        let hi = _mm256_srli_epi32::<16>(b);
+        let lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
         let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(
             _mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)),
             lsb,
@@ -66,10 +97,13 @@ pub(super) mod avx2 {
         if CANON {
             return rounded;
         }
-        let abs = _mm256_and_si256(b, _mm256_set1_epi32(0x7FFF_FFFF));
-        let is_nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F80_0000));
-        let sign = _mm256_and_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(0x8000));
-        let quiet = _mm256_or_si256(sign, _mm256_set1_epi32(0x7FC0));
+        // NaN lanes (unordered with themselves): the sign over 0x7FC0.
+        let f = _mm256_castsi256_ps(b);
+        let is_nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(f, f));
+        let quiet = _mm256_or_si256(
+            _mm256_and_si256(hi, _mm256_set1_epi32(0x8000)),
+            _mm256_set1_epi32(0x7FC0),
+        );
         _mm256_blendv_epi8(rounded, quiet, is_nan)
     }
 
@@ -104,6 +138,39 @@ pub(super) mod avx2 {
         }
         for i in n8..n {
             dst[i] = f32_to_f16(src[i]);
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn bf16_row_le(src: &[f32], dst: &mut [u8]) {
+        let n = src.len().min(dst.len() / 2);
+        let n16 = n / 16 * 16;
+        for i in (0..n16).step_by(16) {
+            let a = bf16x8::<false>(load8(src, i));
+            let b = bf16x8::<false>(load8(src, i + 8));
+            let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(a, b));
+            let out = &mut dst[2 * i..2 * i + 32];
+            // SAFETY: `out` is exactly 32 writable bytes; unaligned store.
+            unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), p) };
+        }
+        for i in n16..n {
+            dst[2 * i..2 * i + 2].copy_from_slice(&f32_to_bf16(src[i]).to_le_bytes());
+        }
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn f16_row_le(src: &[f32], dst: &mut [u8]) {
+        let n = src.len().min(dst.len() / 2);
+        let n8 = n / 8 * 8;
+        for i in (0..n8).step_by(8) {
+            let h =
+                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_castsi256_ps(load8(src, i)));
+            let out = &mut dst[2 * i..2 * i + 16];
+            // SAFETY: `out` is exactly 16 writable bytes; unaligned store.
+            unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), h) };
+        }
+        for i in n8..n {
+            dst[2 * i..2 * i + 2].copy_from_slice(&f32_to_f16(src[i]).to_le_bytes());
         }
     }
 }

@@ -42,9 +42,10 @@
 //! exists (writing f32, or bf16/f16 directly without an f32 pass); it gives
 //! the same bits as the scalar reference (tested).
 
-use super::convert::{f32_to_bf16_row_scalar, f32_to_f16_row_scalar};
+use super::convert::{f32_to_bf16, f32_to_bf16_row_scalar, f32_to_f16, f32_to_f16_row_scalar};
 use super::encoding_simd::{Simd, Vbmi};
 use super::float::{bf16_to_f32, f16_to_f32};
+use crate::output::Rounding;
 
 /// The canonical NaN every quantized decoder writes.
 pub const CANONICAL_NAN: u32 = 0x7FC0_0000;
@@ -160,6 +161,16 @@ pub enum EncodingError {
         given: usize,
         /// Elements per row.
         expected: usize,
+    },
+    /// A rounding rule that does not apply to the encoding.
+    #[error("rounding rule {rule} does not apply to {encoding} tables: {why}")]
+    Rounding {
+        /// The rule's name.
+        rule: &'static str,
+        /// The encoding's name.
+        encoding: &'static str,
+        /// Why, and what does apply.
+        why: &'static str,
     },
 }
 
@@ -296,6 +307,13 @@ pub struct EncodingDecoder {
     /// FP8 per tensor, with AVX-512 VBMI: the bfloat16 bits of `lut`, as
     /// low and high byte tables.
     bf16_lut: Option<(Vbmi, Box<ByteTables>)>,
+    /// The rule 16-bit (and, for [`Rounding::Mlx`], f32) outputs follow.
+    rounding: Rounding,
+    /// [`Rounding::Vllm`] on FP8: the exact decoders whose 16-bit outputs
+    /// are vLLM's bf16 and f16 ones: the same codes with the per-tensor
+    /// scale rounded to bf16 and to f16 first; for per-row scales, an
+    /// FP8 decoder with an f32 scale part, given the rounded scale.
+    vllm: Option<Box<[EncodingDecoder; 2]>>,
 }
 
 /// The low and high bytes of 256 16-bit table entries.
@@ -307,6 +325,7 @@ impl std::fmt::Debug for EncodingDecoder {
             .field("encoding", &self.enc)
             .field("row_elems", &self.row_elems)
             .field("simd", &self.simd.is_some())
+            .field("rounding", &self.rounding)
             .finish()
     }
 }
@@ -350,7 +369,80 @@ impl EncodingDecoder {
             simd: None,
             lut,
             bf16_lut: None,
+            rounding: Rounding::Exact,
+            vllm: None,
         })
+    }
+
+    /// This decoder following `rounding` (see [`Rounding`]):
+    ///
+    /// - [`Rounding::Exact`]: every encoding, unchanged;
+    /// - [`Rounding::Vllm`]: FP8 (per-tensor and per-row scales), whose
+    ///   16-bit outputs become `dtype(e4m3 * dtype(scale))` (f32 stays
+    ///   exact); BF16, F16 and F32 rows, unchanged;
+    /// - [`Rounding::Mlx`]: MLX 4-bit, whose every output (f32 included)
+    ///   becomes the dtype conversion of mlx's bf16 result
+    ///   `bf16(bf16(scale * q) + bias)`; BF16 rows, unchanged.
+    ///
+    /// Any other pair is an [`EncodingError::Rounding`].
+    pub fn with_rounding(mut self, rounding: Rounding) -> Result<Self, EncodingError> {
+        let refuse = |why: &'static str| EncodingError::Rounding {
+            rule: rounding.name(),
+            encoding: self.enc.name(),
+            why,
+        };
+        match (rounding, self.enc) {
+            (Rounding::Exact, _)
+            | (Rounding::Vllm, Encoding::Bf16 | Encoding::F16 | Encoding::F32)
+            | (Rounding::Mlx, Encoding::Bf16) => {}
+            (Rounding::Vllm, Encoding::Fp8(scale)) => {
+                let simd = self.simd.is_some();
+                let make = |enc: Encoding| {
+                    if simd {
+                        EncodingDecoder::new(enc, self.row_elems)
+                    } else {
+                        EncodingDecoder::scalar(enc, self.row_elems)
+                    }
+                };
+                let pair = match scale {
+                    Fp8Scale::PerTensor(s) => [
+                        make(Encoding::Fp8(Fp8Scale::PerTensor(round_bf16(s))))?,
+                        make(Encoding::Fp8(Fp8Scale::PerTensor(round_f16(s))))?,
+                    ],
+                    Fp8Scale::PerRow(_) => {
+                        let d = make(Encoding::Fp8(Fp8Scale::PerRow(ScaleType::F32)))?;
+                        [d.clone(), d]
+                    }
+                };
+                self.vllm = Some(Box::new(pair));
+            }
+            (Rounding::Vllm, Encoding::Nvfp4 { .. }) => {
+                return Err(refuse(
+                    "vLLM's NVFP4 decode has not been read yet, so there is no rule to reproduce (use exact)",
+                ))
+            }
+            (Rounding::Vllm, Encoding::Mlx4) => {
+                return Err(refuse(
+                    "vLLM does not serve MLX 4-bit tables; the mlx rule is mlx's (use mlx or exact)",
+                ))
+            }
+            (Rounding::Mlx, Encoding::Mlx4) => {
+                // The rule's bf16 arithmetic has no SIMD kernel: scalar.
+                self.simd = None;
+            }
+            (Rounding::Mlx, _) => {
+                return Err(refuse(
+                    "the mlx rule is mlx's dequantize of MLX 4-bit tables (and is exact on BF16 rows); use exact or vllm",
+                ))
+            }
+        }
+        self.rounding = rounding;
+        Ok(self)
+    }
+
+    /// The rule this decoder follows.
+    pub fn rounding(&self) -> Rounding {
+        self.rounding
     }
 
     /// The encoding.
@@ -417,6 +509,9 @@ impl EncodingDecoder {
     /// nearest even ([`super::convert::f32_to_bf16`]).
     pub fn decode_bf16(&self, parts: &[&[u8]], dst: &mut [u16]) -> Result<(), EncodingError> {
         self.check(parts, dst.len())?;
+        if let Some(v) = &self.vllm {
+            return self.vllm_half(&v[0], true, parts, dst);
+        }
         if let Some((vbmi, t)) = &self.bf16_lut {
             vbmi.lookup16(&t.0, &t.1, parts[0], dst);
             return Ok(());
@@ -434,6 +529,9 @@ impl EncodingDecoder {
     /// ([`super::convert::f32_to_f16`]).
     pub fn decode_f16(&self, parts: &[&[u8]], dst: &mut [u16]) -> Result<(), EncodingError> {
         self.check(parts, dst.len())?;
+        if let Some(v) = &self.vllm {
+            return self.vllm_half(&v[1], false, parts, dst);
+        }
         if let Some(simd) = self.simd {
             if simd.decode_f16(&self.enc, parts, 0, dst) {
                 return Ok(());
@@ -441,6 +539,34 @@ impl EncodingDecoder {
         }
         self.chunked(parts, dst, f32_to_f16_row_scalar);
         Ok(())
+    }
+
+    /// vLLM's 16-bit output of a checked FP8 row, by the exact decoder
+    /// `sub` of the rounded scale (per tensor: built in; per row: the
+    /// row's scale rounded to bf16 (`bf16 == true`) or f16 here).
+    fn vllm_half(
+        &self,
+        sub: &EncodingDecoder,
+        bf16: bool,
+        parts: &[&[u8]],
+        dst: &mut [u16],
+    ) -> Result<(), EncodingError> {
+        let scale;
+        let mut row = [parts[0], &[][..]];
+        let parts = match self.enc {
+            Encoding::Fp8(Fp8Scale::PerRow(t)) => {
+                let s = t.read(parts[1]);
+                scale = if bf16 { round_bf16(s) } else { round_f16(s) }.to_le_bytes();
+                row[1] = &scale;
+                &row[..]
+            }
+            _ => parts,
+        };
+        if bf16 {
+            sub.decode_bf16(parts, dst)
+        } else {
+            sub.decode_f16(parts, dst)
+        }
     }
 
     /// The reference path for 16-bit outputs: f32 chunks, then converted.
@@ -489,7 +615,45 @@ impl EncodingDecoder {
             Encoding::Nvfp4 { global_scale } => {
                 nvfp4_scalar(parts[0], parts[1], global_scale, start, dst)
             }
+            Encoding::Mlx4 if self.rounding == Rounding::Mlx => {
+                mlx4_mlx_scalar(parts[0], parts[1], parts[2], start, dst)
+            }
             Encoding::Mlx4 => mlx4_scalar(parts[0], parts[1], parts[2], start, dst),
+        }
+    }
+}
+
+/// `x` rounded to bfloat16 (nearest even), as an f32.
+#[inline(always)]
+fn round_bf16(x: f32) -> f32 {
+    bf16_to_f32(f32_to_bf16(x))
+}
+
+/// `x` rounded to IEEE half (nearest even), as an f32.
+#[inline(always)]
+fn round_f16(x: f32) -> f32 {
+    f16_to_f32(f32_to_f16(x))
+}
+
+/// The MLX 4-bit word of element `j` and its nibble.
+#[inline(always)]
+fn mlx4_code(words: &[u8], j: usize) -> f32 {
+    let w = 4 * (j / 8);
+    let word = u32::from_le_bytes([words[w], words[w + 1], words[w + 2], words[w + 3]]);
+    ((word >> (4 * (j % 8))) & 0xF) as f32
+}
+
+/// MLX 4-bit by [`Rounding::Mlx`]: mlx's `bf16(bf16(scale * q) + bias)`
+/// (each bf16 operation computed in f32 and rounded to bf16), written as
+/// its exact f32 value, for elements `start..start + y.len()`.
+fn mlx4_mlx_scalar(words: &[u8], scales: &[u8], biases: &[u8], start: usize, y: &mut [f32]) {
+    let bf = |b: &[u8], i: usize| bf16_to_f32(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]));
+    for (k, grp) in y.chunks_mut(MLX_GROUP).enumerate() {
+        let j0 = start + k * MLX_GROUP;
+        let (s, b) = (bf(scales, j0 / MLX_GROUP), bf(biases, j0 / MLX_GROUP));
+        for (i, y) in grp.iter_mut().enumerate() {
+            let q = mlx4_code(words, j0 + i);
+            *y = canon(round_bf16(round_bf16(s * q) + b));
         }
     }
 }
@@ -747,5 +911,201 @@ mod tests {
             EncodingDecoder::new(Encoding::Nvfp4 { global_scale: 1.0 }, 40),
             Err(EncodingError::RowElems { .. })
         ));
+    }
+
+    /// `x` rounded to bf16 / f16 and back, from the definition (f64
+    /// midpoints), independent of the conversion code under test.
+    fn def_round(x: f32, bf16: bool) -> f32 {
+        let (bits, lo) = if bf16 { (8, -126) } else { (11, -14) };
+        let v = f64::from(x);
+        if v == 0.0 || !v.is_finite() {
+            return x;
+        }
+        let e = (v.abs().log2().floor() as i32).max(lo);
+        let ulp = 2f64.powi(e - (bits - 1));
+        let q = v / ulp;
+        let r = q.round();
+        let r = if (q - q.trunc()).abs() == 0.5 && r % 2.0 != 0.0 {
+            r - q.signum()
+        } else {
+            r
+        };
+        (r * ulp) as f32
+    }
+
+    fn bits16(v: f32, bf16: bool) -> u16 {
+        if bf16 {
+            crate::quant::convert::f32_to_bf16(v)
+        } else {
+            crate::quant::convert::f32_to_f16(v)
+        }
+    }
+
+    #[test]
+    fn vllm_rule_matches_its_definition_and_differs_from_exact() {
+        let mut rng = Rng::new(11);
+        let n = 256;
+        // Scales of realistic size that bf16 (and f16) cannot hold.
+        for s in [f32::from_bits(0x3951_b717), 2.0e-4, 3.3e-3, 0.0173] {
+            for enc in [
+                Encoding::Fp8(Fp8Scale::PerTensor(s)),
+                Encoding::Fp8(Fp8Scale::PerRow(ScaleType::F32)),
+            ] {
+                let exact = EncodingDecoder::new(enc, n).unwrap();
+                let fast = exact.clone().with_rounding(Rounding::Vllm).unwrap();
+                let scalar = EncodingDecoder::scalar(enc, n)
+                    .unwrap()
+                    .with_rounding(Rounding::Vllm)
+                    .unwrap();
+                assert_eq!(fast.rounding(), Rounding::Vllm);
+                let mut differ = [0usize; 2];
+                for _ in 0..50 {
+                    let mut parts = random_parts(enc, n, &mut rng);
+                    if parts.len() == 2 {
+                        parts[1] = s.to_le_bytes().to_vec();
+                    }
+                    let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                    let (mut f, mut g) = (vec![0f32; n], vec![0f32; n]);
+                    fast.decode_f32(&refs, &mut f).unwrap();
+                    exact.decode_f32(&refs, &mut g).unwrap();
+                    assert!(same_bits(&f, &g), "vllm f32 is exact");
+                    for (k, bf16) in [true, false].into_iter().enumerate() {
+                        let sr = def_round(s, bf16);
+                        let want: Vec<u16> = parts[0]
+                            .iter()
+                            .map(|&q| bits16(canon(e4m3_to_f32(q) * sr), bf16))
+                            .collect();
+                        let (mut a, mut b, mut e) = (vec![0u16; n], vec![0u16; n], vec![0u16; n]);
+                        for (d, out) in [(&fast, &mut a), (&scalar, &mut b), (&exact, &mut e)] {
+                            if bf16 {
+                                d.decode_bf16(&refs, out).unwrap();
+                            } else {
+                                d.decode_f16(&refs, out).unwrap();
+                            }
+                        }
+                        assert_eq!(a, want, "fast {enc:?} {s} bf16={bf16}");
+                        assert_eq!(b, want, "scalar {enc:?} {s} bf16={bf16}");
+                        differ[k] += a.iter().zip(&e).filter(|(x, y)| x != y).count();
+                    }
+                }
+                assert!(
+                    differ[0] > 50 * n / 10,
+                    "bf16 differs on {} of {}",
+                    differ[0],
+                    50 * n
+                );
+                assert!(differ[1] > 0, "f16 never differs");
+            }
+        }
+    }
+
+    #[test]
+    fn fp8_times_f16_scale_is_exact_so_vllm_f16_rounds_once() {
+        // Every code times every finite f16 scale: the f32 product is the
+        // exact (f64) product (4 + 11 significand bits, far from f32's
+        // subnormals), so f16(f32(e4m3) * f32(f16(scale))) rounds once.
+        for h in 0..=u16::MAX {
+            let s = f16_to_f32(h);
+            if !s.is_finite() {
+                continue;
+            }
+            for c in 0..=255u8 {
+                let e = e4m3_to_f32(c);
+                if e.is_nan() {
+                    continue;
+                }
+                assert_eq!(
+                    f64::from(e * s),
+                    f64::from(e) * f64::from(s),
+                    "{c:#04x} {h:#06x}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn mlx_rule_matches_its_definition() {
+        let mut rng = Rng::new(12);
+        let n = 256;
+        let exact = EncodingDecoder::new(Encoding::Mlx4, n).unwrap();
+        let mlx = exact.clone().with_rounding(Rounding::Mlx).unwrap();
+        let (mut differ, mut total) = (0usize, 0usize);
+        for _ in 0..100 {
+            let mut parts = random_parts(Encoding::Mlx4, n, &mut rng);
+            // Scales and biases of realistic size: |x| in [2^-10, 1).
+            for p in &mut parts[1..] {
+                for h in p.chunks_exact_mut(2) {
+                    let r = u16::from_le_bytes([h[0], h[1]]);
+                    let v = (r & 0x8000) | ((117 + (r >> 7 & 0xFF) % 10) << 7) | (r & 0x7F);
+                    h.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+            let mut want = vec![0f32; n];
+            for (j, w) in want.iter_mut().enumerate() {
+                let word =
+                    u32::from_le_bytes(parts[0][4 * (j / 8)..4 * (j / 8) + 4].try_into().unwrap());
+                let q = ((word >> (4 * (j % 8))) & 15) as f32;
+                let g = j / 32;
+                let s = bf16_to_f32(u16::from_le_bytes([parts[1][2 * g], parts[1][2 * g + 1]]));
+                let b = bf16_to_f32(u16::from_le_bytes([parts[2][2 * g], parts[2][2 * g + 1]]));
+                *w = def_round(def_round(s * q, true) + b, true);
+            }
+            let mut y = vec![0f32; n];
+            mlx.decode_f32(&refs, &mut y).unwrap();
+            assert!(same_bits(&y, &want), "mlx f32 is the widened bf16 result");
+            let (mut a, mut e) = (vec![0u16; n], vec![0u16; n]);
+            mlx.decode_bf16(&refs, &mut a).unwrap();
+            exact.decode_bf16(&refs, &mut e).unwrap();
+            let wb: Vec<u16> = want.iter().map(|&v| bits16(v, true)).collect();
+            assert_eq!(a, wb);
+            differ += a.iter().zip(&e).filter(|(x, y)| x != y).count();
+            total += n;
+            mlx.decode_f16(&refs, &mut a).unwrap();
+            let wh: Vec<u16> = want.iter().map(|&v| bits16(v, false)).collect();
+            assert_eq!(a, wh, "mlx f16 is f16 of the bf16 result");
+        }
+        assert!(
+            differ * 20 > total,
+            "mlx differs from exact on {differ} of {total}"
+        );
+    }
+
+    #[test]
+    fn rules_that_do_not_apply_are_refused() {
+        let refused = |enc: Encoding, r: Rounding| {
+            matches!(
+                EncodingDecoder::new(enc, 64).unwrap().with_rounding(r),
+                Err(EncodingError::Rounding { .. })
+            )
+        };
+        let nv = Encoding::Nvfp4 { global_scale: 1.0 };
+        assert!(refused(nv, Rounding::Vllm));
+        assert!(refused(Encoding::Mlx4, Rounding::Vllm));
+        assert!(refused(
+            Encoding::Fp8(Fp8Scale::PerTensor(1.0)),
+            Rounding::Mlx
+        ));
+        assert!(refused(Encoding::F16, Rounding::Mlx));
+        assert!(refused(nv, Rounding::Mlx));
+        let msg = EncodingDecoder::new(nv, 64)
+            .unwrap()
+            .with_rounding(Rounding::Vllm)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("vllm") && msg.contains("nvfp4") && msg.contains("not been read"),
+            "{msg}"
+        );
+        for enc in [Encoding::Bf16, Encoding::F16, Encoding::F32] {
+            assert!(EncodingDecoder::new(enc, 64)
+                .unwrap()
+                .with_rounding(Rounding::Vllm)
+                .is_ok());
+        }
+        assert!(EncodingDecoder::new(Encoding::Bf16, 64)
+            .unwrap()
+            .with_rounding(Rounding::Mlx)
+            .is_ok());
     }
 }

@@ -34,6 +34,14 @@ pub enum DecodeError {
     /// A checkpoint row's parts do not fit its encoding.
     #[error(transparent)]
     Encoding(#[from] encoding::EncodingError),
+    /// An engine's rounding rule asked of a GGUF table.
+    #[error("rounding rule {rule} does not apply to GGUF tables (ggml type {ty}): the engine rules are for safetensors checkpoints (use exact)")]
+    Rounding {
+        /// The rule's name.
+        rule: &'static str,
+        /// The table's type.
+        ty: GgmlType,
+    },
 }
 
 pub mod convert;

@@ -157,12 +157,18 @@ impl CkptFixture {
     /// file system, so `O_DIRECT` reads are exercised, not refused as on a
     /// tmpfs).
     pub fn new(enc: CkptEncoding, rows: u64, shards: usize, files: usize, seed: u64) -> Self {
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = dir.path().join(format!("{}-{files}", enc.name()));
-        let spec = CkptSpec {
+        Self::of_spec(CkptSpec {
             shards,
             ..CkptSpec::new(enc, rows, files, seed)
-        };
+        })
+    }
+
+    /// The checkpoint `spec` describes, as [`CkptFixture::new`] makes it.
+    #[allow(dead_code)] // Not every test file that includes this uses it.
+    pub fn of_spec(spec: CkptSpec) -> Self {
+        let (enc, shards, files, seed) = (spec.encoding, spec.shards, spec.files, spec.seed);
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let path = dir.path().join(format!("{}-{files}", enc.name()));
         let sum = write_checkpoint(&spec, &path, &mut |_| {}).unwrap();
         let part_len: Vec<usize> = enc.part_row_bytes().iter().map(|&b| b as usize).collect();
         let rps = sum.layout.rows_per_shard;
@@ -179,7 +185,7 @@ impl CkptFixture {
                     .collect()
             })
             .collect();
-        let encoding = enc.encoding();
+        let encoding = spec.row_encoding();
         CkptFixture {
             dir,
             path,
