@@ -70,6 +70,11 @@ done
     -o "$WORK/fp8_vllm.bf16" >/dev/null
 "$PLEIO" gather "$WORK/fp8" --rows-file "$WORK/ck_ids.txt" --dtype bf16 \
     -o "$WORK/fp8_exact.bf16" >/dev/null
+# a checkpoint with two PLE layers (decoder layers 0 and 2): layer 2's rows
+"$PLEIO" synth --format safetensors --encoding bf16 --rows 5000 --ple-layers 1,3 --shards 4 \
+    --seed 15 -o "$WORK/two" >/dev/null
+"$PLEIO" gather "$WORK/two" --layer 2 --rows-file "$WORK/ck_ids.txt" -o "$WORK/two_l2.f32" >/dev/null
+"$PLEIO" gather "$WORK/two" --rows-file "$WORK/ck_ids.txt" -o "$WORK/two_l0.f32" >/dev/null
 python3 - "$WORK" <<'EOF'
 import json, sys
 from pathlib import Path

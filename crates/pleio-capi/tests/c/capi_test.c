@@ -453,6 +453,43 @@ int main(int argc, char **argv) {
         CHECK(pleio_open_ex(at("fp8"), &o, NULL) == PLEIO_ERR_ARGUMENT, "NULL out");
         o.tensor = "no_such.weight";
         CHECK(pleio_open_ex(at("q.gguf"), &o, &bad) == PLEIO_ERR_NO_TABLE && bad == NULL, "open_ex no such tensor");
+        o.tensor = NULL;
+    }
+
+    /* pleio_open_ex: every PLE layer of a two-layer checkpoint */
+    {
+        size_t cn = 0;
+        int64_t *cids = ints("ck_ids.txt", &cn);
+        size_t l2 = 0, l0 = 0;
+        void *want2 = slurp("two_l2.f32", &l2);
+        void *want0 = slurp("two_l0.f32", &l0);
+        CHECK(l2 == cn * 160 * 4 && l0 == l2, "two_l2.f32 holds %zu bytes", l2);
+        CHECK(memcmp(want2, want0, l2) != 0, "the two layers' rows differ");
+        pleio_open_options o;
+        memset(&o, 0, sizeof o);
+        o.size = sizeof o;
+        o.layer = 2;
+        pleio_table *v = NULL;
+        void *got = malloc(l2);
+        CHECK(pleio_open_ex(at("two"), &o, &v) == PLEIO_OK, "open_ex layer 2: %s", pleio_last_error());
+        CHECK(pleio_gather(v, cids, cn, PLEIO_DTYPE_F32, got, l2, NULL) == PLEIO_OK &&
+                  memcmp(got, want2, l2) == 0,
+              "layer 2's rows equal pleio gather --layer 2");
+        pleio_close(v);
+        o.layer = -1;
+        CHECK(pleio_open_ex(at("two"), &o, &v) == PLEIO_OK, "open_ex default layer");
+        CHECK(pleio_gather(v, cids, cn, PLEIO_DTYPE_F32, got, l2, NULL) == PLEIO_OK &&
+                  memcmp(got, want0, l2) == 0,
+              "the default is the lowest PLE layer");
+        pleio_close(v);
+        pleio_table *bad = NULL;
+        o.layer = 1;
+        CHECK(pleio_open_ex(at("two"), &o, &bad) == PLEIO_ERR_NO_TABLE && bad == NULL, "layer 1 holds no table");
+        CHECK(mentions(pleio_last_error(), "[0, 2]"), "the message names the PLE layers: %s", pleio_last_error());
+        free(got);
+        free(want2);
+        free(want0);
+        free(cids);
     }
 
     /* --- closing --- */
