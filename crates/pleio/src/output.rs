@@ -91,8 +91,11 @@ impl Decoder {
         let n = dst.len() / 2;
         match self {
             Decoder::Ggml(d) => {
-                // Two passes in L1: the exact f32 row, then straight into
-                // the output bytes.
+                // One pass where the type has a 16-bit kernel; else two in
+                // L1: the exact f32 row, then straight into the output bytes.
+                if d.decode_half(src, dst, bf16)? {
+                    return Ok(());
+                }
                 row.resize(n, 0.0);
                 d.decode(src, row)?;
                 if bf16 {

@@ -62,6 +62,8 @@ mod ternary;
 /// Decodes whole blocks: `src.len()` is a multiple of the block bytes and
 /// `dst.len()` the matching element count (checked by the caller).
 pub(crate) type BlockFn = fn(&[u8], &mut [f32]);
+/// Decodes whole blocks straight into little-endian 16-bit values.
+pub(crate) type HalfFn = fn(&[u8], &mut [u8]);
 
 /// The scalar reference decoder for `ty`, if ggml has one.
 fn scalar_kernel(ty: GgmlType) -> Option<BlockFn> {
@@ -103,6 +105,8 @@ pub struct RowDecoder {
     ty: GgmlType,
     kernel: BlockFn,
     simd: bool,
+    /// 16-bit kernels (bf16, f16), where the type has them.
+    half: [Option<HalfFn>; 2],
 }
 
 impl std::fmt::Debug for RowDecoder {
@@ -119,6 +123,7 @@ impl RowDecoder {
                 ty,
                 kernel,
                 simd: true,
+                half: [simd::half_kernel(ty, true), simd::half_kernel(ty, false)],
             });
         }
         Self::scalar(ty)
@@ -131,6 +136,7 @@ impl RowDecoder {
             ty,
             kernel,
             simd: false,
+            half: [None, None],
         })
     }
 
@@ -159,6 +165,29 @@ impl RowDecoder {
         }
         (self.kernel)(src, dst);
         Ok(())
+    }
+
+    /// Decodes `src` (whole blocks) straight into little-endian bf16
+    /// (`bf16`) or f16 bits in `dst` (2 bytes an element), rounded to
+    /// nearest even from the exact f32 as [`convert`] does,
+    /// when this type has such a kernel: `Ok(false)` (nothing written)
+    /// when it has none.
+    pub fn decode_half(&self, src: &[u8], dst: &mut [u8], bf16: bool) -> Result<bool, DecodeError> {
+        let Some(half) = self.half[usize::from(!bf16)] else {
+            return Ok(false);
+        };
+        let (be, bb) = (self.ty.block_elems(), self.ty.block_bytes());
+        if !src.len().is_multiple_of(bb) || src.len() / bb * be * 2 != dst.len() {
+            return Err(DecodeError::LengthMismatch {
+                ty: self.ty,
+                src_bytes: src.len(),
+                dst_elems: dst.len() / 2,
+                block_elems: be,
+                block_bytes: bb,
+            });
+        }
+        half(src, dst);
+        Ok(true)
     }
 }
 

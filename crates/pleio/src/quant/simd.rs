@@ -15,7 +15,29 @@
 //! them, and every load and store stays inside the block slices it is given
 //! (lengths checked by the caller, whole blocks only).
 
-use super::{BlockFn, GgmlType};
+use super::{BlockFn, GgmlType, HalfFn};
+
+/// The kernel writing `ty`'s rows straight as 16-bit values (little-endian
+/// bf16 bits with `bf16`, else f16), bit-identical to the f32 kernel
+/// followed by [`super::convert`]'s rounding, if one exists and the CPU
+/// supports it: the 4-bit table formats (IQ4_NL, Q4_0, MXFP4), whose block
+/// holds only 16 distinct values, rounded once per block and looked up
+/// per element.
+pub(super) fn half_kernel(ty: GgmlType, bf16: bool) -> Option<HalfFn> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            let vbmi = std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vbmi");
+            return avx2::half_kernel(ty, bf16, vbmi);
+        }
+    }
+    let _ = (ty, bf16);
+    None
+}
 
 /// The SIMD kernel for `ty`, if one exists and the running CPU supports it.
 pub(super) fn kernel(ty: GgmlType) -> Option<BlockFn> {
@@ -33,11 +55,176 @@ pub(super) fn kernel(ty: GgmlType) -> Option<BlockFn> {
 mod avx2 {
     use std::arch::x86_64::*;
 
+    use super::super::convert_simd::avx2::bf16x8;
     use super::super::float::{bf16_to_f32, f16_to_f32, read_f16};
     use super::super::fp4::{e8m0_to_f32_half, KVALUES_MXFP4};
     use super::super::kquant::scale_min_k4;
     use super::super::legacy::{KVALUES_IQ4NL, LEVELS_Q4_0};
-    use super::{BlockFn, GgmlType};
+    use super::{BlockFn, GgmlType, HalfFn};
+
+    /// The AVX2 + F16C 16-bit kernel for `ty` (with `vbmi`, the one whose
+    /// per-element lookup is one AVX-512 VBMI byte permute). Only call
+    /// after detecting those features: the returned safe wrappers rely on
+    /// them.
+    pub(super) fn half_kernel(ty: GgmlType, bf16: bool, vbmi: bool) -> Option<HalfFn> {
+        use GgmlType as T;
+        Some(match (ty, bf16, vbmi) {
+            (T::IQ4_NL, true, false) => iq4_nl_bf16,
+            (T::IQ4_NL, false, false) => iq4_nl_f16,
+            (T::Q4_0, true, false) => q4_0_bf16,
+            (T::Q4_0, false, false) => q4_0_f16,
+            (T::MXFP4, true, false) => mxfp4_bf16,
+            (T::MXFP4, false, false) => mxfp4_f16,
+            (T::IQ4_NL, true, true) => iq4_nl_bf16_vbmi,
+            (T::IQ4_NL, false, true) => iq4_nl_f16_vbmi,
+            (T::Q4_0, true, true) => q4_0_bf16_vbmi,
+            (T::Q4_0, false, true) => q4_0_f16_vbmi,
+            (T::MXFP4, true, true) => mxfp4_bf16_vbmi,
+            (T::MXFP4, false, true) => mxfp4_f16_vbmi,
+            _ => return None,
+        })
+    }
+
+    /// Defines a safe `HalfFn` wrapper around a 16-bit kernel.
+    macro_rules! half_wrapper {
+        ($($name:ident: $imp:ident, $bb:literal, $table:expr, $scale:expr, $bf16:literal;)*) => {$(
+            fn $name(src: &[u8], dst: &mut [u8]) {
+                // SAFETY: `half_kernel` hands out this wrapper only after
+                // `is_x86_feature_detected!` confirmed AVX2 and F16C (and
+                // AVX-512 F, BW and VBMI for the `_vbmi` kernels), every
+                // instruction `$imp` is compiled with.
+                unsafe { $imp::<$bb, $bf16>(src, dst, $table, $scale) }
+            }
+        )*};
+    }
+
+    half_wrapper! {
+        iq4_nl_bf16: nibble_table_half, 18, &KVALUES_IQ4NL, |b| read_f16(b, 0), true;
+        iq4_nl_f16: nibble_table_half, 18, &KVALUES_IQ4NL, |b| read_f16(b, 0), false;
+        q4_0_bf16: nibble_table_half, 18, &LEVELS_Q4_0, |b| read_f16(b, 0), true;
+        q4_0_f16: nibble_table_half, 18, &LEVELS_Q4_0, |b| read_f16(b, 0), false;
+        mxfp4_bf16: nibble_table_half, 17, &KVALUES_MXFP4, |b| e8m0_to_f32_half(b[0]), true;
+        mxfp4_f16: nibble_table_half, 17, &KVALUES_MXFP4, |b| e8m0_to_f32_half(b[0]), false;
+        iq4_nl_bf16_vbmi: nibble_table_half_vbmi, 18, &KVALUES_IQ4NL, |b| read_f16(b, 0), true;
+        iq4_nl_f16_vbmi: nibble_table_half_vbmi, 18, &KVALUES_IQ4NL, |b| read_f16(b, 0), false;
+        q4_0_bf16_vbmi: nibble_table_half_vbmi, 18, &LEVELS_Q4_0, |b| read_f16(b, 0), true;
+        q4_0_f16_vbmi: nibble_table_half_vbmi, 18, &LEVELS_Q4_0, |b| read_f16(b, 0), false;
+        mxfp4_bf16_vbmi: nibble_table_half_vbmi, 17, &KVALUES_MXFP4, |b| e8m0_to_f32_half(b[0]), true;
+        mxfp4_f16_vbmi: nibble_table_half_vbmi, 17, &KVALUES_MXFP4, |b| e8m0_to_f32_half(b[0]), false;
+    }
+
+    /// The 16 values `table[c] * d` of a block with scale `d` (the f32
+    /// kernel's very products, from the table's codes widened as `lo8`,
+    /// `hi8`) rounded to bf16 (`BF16`) or f16: values 0-7 and 8-15.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn block_values<const BF16: bool>(lo8: __m256, hi8: __m256, ds: f32) -> (__m128i, __m128i) {
+        let d = _mm256_set1_ps(ds);
+        let (v0, v1) = (_mm256_mul_ps(lo8, d), _mm256_mul_ps(hi8, d));
+        if BF16 {
+            // A finite scale times the finite table gives no NaN: the
+            // rounding alone is f32_to_bf16 there.
+            let (a, c) = if ds.is_finite() {
+                (
+                    bf16x8::<true>(_mm256_castps_si256(v0)),
+                    bf16x8::<true>(_mm256_castps_si256(v1)),
+                )
+            } else {
+                (
+                    bf16x8::<false>(_mm256_castps_si256(v0)),
+                    bf16x8::<false>(_mm256_castps_si256(v1)),
+                )
+            };
+            // packus interleaves 128-bit halves: a.lo c.lo a.hi c.hi.
+            let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(a, c));
+            (_mm256_castsi256_si128(p), _mm256_extracti128_si256::<1>(p))
+        } else {
+            (
+                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v0),
+                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v1),
+            )
+        }
+    }
+
+    /// The table's 16 codes widened to f32: codes 0-7 and 8-15.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn table_codes(table: &[i8; 16]) -> (__m256, __m256) {
+        let mut t = [0u8; 16];
+        for (t, &v) in t.iter_mut().zip(table) {
+            *t = v as u8;
+        }
+        let codes = load16(&t, 0);
+        (
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes)),
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(codes))),
+        )
+    }
+
+    /// [`nibble_table_half`] with one AVX-512 VBMI byte permute per block:
+    /// the block's 16 values (32 bytes) are the table, and element `j`
+    /// with nibble `n` takes bytes `2n` and `2n + 1`.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vbmi")]
+    fn nibble_table_half_vbmi<const BB: usize, const BF16: bool>(
+        src: &[u8],
+        dst: &mut [u8],
+        table: &[i8; 16],
+        scale: impl Fn(&[u8]) -> f32,
+    ) {
+        let (lo8, hi8) = table_codes(table);
+        let pair = _mm512_set1_epi16(0x0202);
+        let odd = _mm512_set1_epi16(0x0100);
+        for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(64)) {
+            let (h0, h1) = block_values::<BF16>(lo8, hi8, scale(b));
+            let values = _mm512_castsi256_si512(_mm256_set_m128i(h1, h0));
+            let (lo, hi) = nibbles(load16(b, BB - 16));
+            // Elements 0-15 are the low nibbles, 16-31 the high ones.
+            let n16 = _mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo));
+            let idx = _mm512_add_epi16(_mm512_mullo_epi16(n16, pair), odd);
+            let out = _mm512_permutexvar_epi8(idx, values);
+            let s = &mut y[..64];
+            // SAFETY: `s` is exactly 64 writable bytes; unaligned store.
+            unsafe { _mm512_storeu_si512(s.as_mut_ptr().cast(), out) }
+        }
+    }
+
+    /// Stores 16 bytes to `y[at..at + 16]`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn store16(y: &mut [u8], at: usize, v: __m128i) {
+        let s = &mut y[at..at + 16];
+        // SAFETY: `s` is exactly 16 writable bytes; the store is unaligned.
+        unsafe { _mm_storeu_si128(s.as_mut_ptr().cast(), v) }
+    }
+
+    /// [`nibble_table`] straight to 16-bit values: per block, the 16 values
+    /// `table[c] * d` (the f32 kernel's very products) are rounded to bf16
+    /// (`BF16`) or f16 once, split into a low-byte and a high-byte table,
+    /// and each element's two bytes are looked up by its nibble.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn nibble_table_half<const BB: usize, const BF16: bool>(
+        src: &[u8],
+        dst: &mut [u8],
+        table: &[i8; 16],
+        scale: impl Fn(&[u8]) -> f32,
+    ) {
+        let (lo8, hi8) = table_codes(table);
+        // Even bytes (low halves) first, then odd bytes (high halves).
+        let split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+        for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(64)) {
+            let (h0, h1) = block_values::<BF16>(lo8, hi8, scale(b));
+            let (s0, s1) = (_mm_shuffle_epi8(h0, split), _mm_shuffle_epi8(h1, split));
+            let (low, high) = (_mm_unpacklo_epi64(s0, s1), _mm_unpackhi_epi64(s0, s1));
+            let (lo, hi) = nibbles(load16(b, BB - 16));
+            for (k, idx) in [lo, hi].into_iter().enumerate() {
+                let (l, h) = (_mm_shuffle_epi8(low, idx), _mm_shuffle_epi8(high, idx));
+                store16(y, 32 * k, _mm_unpacklo_epi8(l, h));
+                store16(y, 32 * k + 16, _mm_unpackhi_epi8(l, h));
+            }
+        }
+    }
 
     /// The AVX2 kernel for `ty`. Only call after detecting AVX2: the
     /// returned safe wrappers rely on it.
@@ -383,6 +570,78 @@ mod tests {
             };
             assert_eq!(canon(&a), canon(&b));
         }
+    }
+
+    /// The 16-bit kernels against the scalar decode then the scalar
+    /// rounding, on blocks covering every scale pattern.
+    fn check_half(ty: GgmlType, f16_at: &[usize], blocks: usize) {
+        use super::super::convert::{f32_to_bf16, f32_to_f16};
+        let scalar = scalar_kernel(ty).expect("decodable");
+        let (bb, be) = (ty.block_bytes(), ty.block_elems());
+        let mut src = Rng(0x51ed_270b_5b8f_3a11 ^ u64::from(ty.id())).bytes(blocks * bb);
+        for (i, b) in src.chunks_exact_mut(bb).enumerate() {
+            if ty == GgmlType::MXFP4 {
+                b[0] = i as u8;
+            }
+            for &at in f16_at {
+                b[at..at + 2].copy_from_slice(&(i as u16).to_le_bytes());
+            }
+        }
+        let mut f = vec![0f32; blocks * be];
+        scalar(&src, &mut f);
+        #[cfg(target_arch = "x86_64")]
+        let kernels: Vec<(bool, HalfFn)> = {
+            let avx2 = std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("f16c");
+            let vbmi = std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vbmi");
+            let mut k = Vec::new();
+            for bf16 in [true, false] {
+                for v in [false, true] {
+                    if avx2 && (vbmi || !v) {
+                        k.extend(avx2::half_kernel(ty, bf16, v).map(|f| (bf16, f)));
+                    }
+                }
+            }
+            k
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let kernels: Vec<(bool, HalfFn)> = Vec::new();
+        if kernels.is_empty() {
+            eprintln!("no 16-bit kernel for {ty} on this CPU; nothing to compare");
+        }
+        for (bf16, half) in kernels {
+            let mut got = vec![0x5Au8; 2 * f.len()];
+            half(&src, &mut got);
+            for (i, (x, g)) in f.iter().zip(got.chunks_exact(2)).enumerate() {
+                let g = u16::from_le_bytes([g[0], g[1]]);
+                let want = if bf16 {
+                    f32_to_bf16(*x)
+                } else {
+                    f32_to_f16(*x)
+                };
+                // A NaN's payload after arithmetic is unspecified (see check).
+                let nan = |h: u16| {
+                    if bf16 {
+                        h & 0x7f80 == 0x7f80 && h & 0x7f != 0
+                    } else {
+                        h & 0x7c00 == 0x7c00 && h & 0x3ff != 0
+                    }
+                };
+                if nan(want) && nan(g) {
+                    continue;
+                }
+                assert_eq!(g, want, "{ty} bf16={bf16}: element {i} ({x})");
+            }
+        }
+    }
+
+    #[test]
+    fn half_kernels_match_decode_then_round() {
+        check_half(GgmlType::IQ4_NL, &[0], 65536);
+        check_half(GgmlType::Q4_0, &[0], 65536);
+        check_half(GgmlType::MXFP4, &[], 4096);
     }
 
     #[test]
