@@ -6,7 +6,7 @@ for 16 and 1792 rows, float32 and bfloat16 (and the same with no `out`: a new
 tensor against a new array).
 
 Each figure is the median over back-to-back pairs of runs (which goes first
-alternates; a run is a few thousand gathers of rotating row lists): this
+alternates; a run is about 6 ms of gathers of rotating row lists): this
 virtual machine switches between a fast and a slow mode every few seconds,
 so the difference within a pair is clean where the best of a few runs is
 luck. Target: the torch path's overhead at most 1.5 us per call, for 16 and
@@ -81,7 +81,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pleio", default="target/release/pleio", help="the CLI (to write the table)")
     ap.add_argument("--table", help="a table to use instead of the synthetic one")
-    ap.add_argument("--pairs", type=int, default=41)
+    ap.add_argument("--pairs", type=int, default=201)
     ap.add_argument("--json", help="write the figures here")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -97,7 +97,8 @@ def main() -> int:
     print(f"{'rows':>5} {'dtype':>9} {'out':>4} {'numpy us':>9} {'torch us':>9} {'overhead us':>12} {'ratio':>6}  target")
     met = True
     for n in (16, 1792):
-        k = 4000 if n == 16 else 200
+        # runs of ~6 ms: short enough that a pair sees one mode of the VM
+        k = 1500 if n == 16 else 20
         lists = [rng.integers(0, t.rows, n) for _ in range(16)]
         np_lists = [x.astype(np.int64) for x in lists]
         t_lists = [torch.from_numpy(x.copy()) for x in np_lists]
