@@ -35,8 +35,7 @@ fn capped_bench_and_replay_stay_within_a_cap_smaller_than_the_table() {
     // 750k rows of 90 B: a 64 MiB table, twice the cap.
     ok(&["synth", "--rows", "750000", "--seed", "4", "-o", p(&f)]);
     if let Some(why) = no_cgroup(&f) {
-        eprintln!("skipped: no memory cgroup here: {why}");
-        return;
+        pleio_testkit::skip!("no memory cgroup here: {why}");
     }
     let cap = 32u64 << 20;
     let json = dir.path().join("b.json");
@@ -138,8 +137,7 @@ fn capped_bench_follows_no_link_planted_at_a_predictable_name() {
     let f = d.join("q.gguf");
     ok(&["synth", "--rows", "20000", "-o", p(&f)]);
     if let Some(why) = no_cgroup(&f) {
-        eprintln!("skipped: no memory cgroup here: {why}");
-        return;
+        pleio_testkit::skip!("no memory cgroup here: {why}");
     }
     let tmp = d.join("tmp");
     std::fs::create_dir(&tmp).unwrap();
