@@ -19,7 +19,7 @@ struct Demo {
 /// gathered the same floats in every replay; `None` where this file system
 /// cannot evict (the run says so).
 fn run_demo(args: &[&str], check: impl FnOnce(&Path, &str)) -> Option<Demo> {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap();
     let json = dir.path().join("demo.json");
     let out = Command::new(env!("CARGO_BIN_EXE_pleio"))
         .arg("demo")

@@ -30,7 +30,7 @@ fn no_cgroup(table: &Path) -> Option<String> {
 
 #[test]
 fn capped_bench_and_replay_stay_within_a_cap_smaller_than_the_table() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap();
     let f = dir.path().join("q.gguf");
     // 750k rows of 90 B: a 64 MiB table, twice the cap.
     ok(&["synth", "--rows", "750000", "--seed", "4", "-o", p(&f)]);
@@ -132,7 +132,7 @@ fn capped_bench_and_replay_stay_within_a_cap_smaller_than_the_table() {
 /// pipe; links planted at every old name leave their targets untouched.
 #[test]
 fn capped_bench_follows_no_link_planted_at_a_predictable_name() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap();
     let d = dir.path();
     let f = d.join("q.gguf");
     ok(&["synth", "--rows", "20000", "-o", p(&f)]);

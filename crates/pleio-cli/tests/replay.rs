@@ -263,7 +263,7 @@ fn bad_arguments_fail_cleanly() {
 
 #[test]
 fn replay_plot_draws_every_ubatch() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap();
     let f = synth(dir.path(), "20000");
     let svg = dir.path().join("r.svg");
     let svg_s = svg.to_str().unwrap();

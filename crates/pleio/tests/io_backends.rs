@@ -37,7 +37,7 @@ const FILE_LEN: usize = (3 << 20) + 1234;
 /// A scratch directory on the build's disk (`O_DIRECT` is refused by the
 /// tmpfs that is the default `TMPDIR` on several distributions).
 fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+    tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap()
 }
 
 fn make_file(dir: &Path, len: usize) -> (std::path::PathBuf, Vec<u8>) {
