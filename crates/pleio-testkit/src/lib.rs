@@ -149,23 +149,31 @@ mod tests {
     }
 
     #[test]
-    fn a_skip_is_appended_to_the_log() {
+    fn a_skip_returns_and_is_appended_to_the_log() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("skips");
-        // The variable is process-wide: only this test sets it.
+        // The variable is process-wide: only this test sets it (and so its
+        // lines stay out of the suite's own log).
         std::env::set_var(SKIP_LOG_ENV, &log);
-        fn skipper() {
-            skip!("reason {}", 42);
+        fn skipper(skip: bool, reached: &std::cell::Cell<bool>) {
+            if skip {
+                skip!("self-test of skip! {}, not a skip", 42);
+            }
+            reached.set(true);
         }
-        skipper();
-        skip_case!("a case");
+        let reached = std::cell::Cell::new(false);
+        skipper(true, &reached);
+        assert!(!reached.get(), "skip! did not return");
+        skipper(false, &reached);
+        assert!(reached.get());
+        skip_case!("self-test of skip_case!, not a skip");
         std::env::remove_var(SKIP_LOG_ENV);
         let text = std::fs::read_to_string(&log).unwrap();
         let lines: Vec<_> = text.lines().collect();
         assert_eq!(lines.len(), 2, "{text}");
-        assert!(lines[0].starts_with("SKIPPED: pleio-testkit pleio_testkit::tests::"));
-        assert!(lines[0].ends_with(": reason 42"), "{text}");
-        assert!(lines[1].ends_with(": a case"), "{text}");
+        let me = "SKIPPED: pleio-testkit pleio_testkit::tests::a_skip_returns_and_is_appended_to_the_log: ";
+        assert_eq!(lines[0], format!("{me}self-test of skip! 42, not a skip"));
+        assert_eq!(lines[1], format!("{me}self-test of skip_case!, not a skip"));
     }
 
     #[test]
