@@ -262,7 +262,7 @@ fn a_failed_read_leaves_the_output_untouched_and_a_changed_file_empties_the_cach
     // cache is emptied and every row read again.
     file.set_len(0).unwrap();
     file.write_all_at(&whole, 0).unwrap();
-    later_mtime(&file);
+    later_mtime(file);
     let mut rows = hot.clone();
     rows.push(n - 1);
     let mut out = vec![0f32; rows.len() * table.row_elems()];
@@ -277,7 +277,7 @@ fn a_failed_read_leaves_the_output_untouched_and_a_changed_file_empties_the_cach
     let at = |r: u64| (t.offset() + r * t.row_bytes()) as usize;
     file.write_all_at(&whole[at(5)..at(5) + rb], at(37) as u64)
         .unwrap();
-    later_mtime(&file);
+    later_mtime(file);
     let mut out = vec![0f32; table.row_elems()];
     table.gather(&[37], &mut out).unwrap();
     assert_eq!(bits(&out), bits(&fx.reference(&[5])));
