@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Markdown tables of `pleio bench --json` reports, as the README shows them.
+"""Markdown tables of `pleio bench --json` reports, as docs/benchmarks.md shows them.
 
     python3 scripts/bench_tables.py qwen.json gemma.json
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Compares the device-floor figures of two `pleio demo --json` runs (the
-README's "The floor's stability" table and issue 15's check: two runs in a
+docs/benchmarks.md's "The floor's stability" table and issue 15's check: two runs in a
 row on an idle machine agree within 10%).
 
     pleio demo --json a.json; pleio demo --json b.json

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's replay table: the bundled corpus through every strategy,
+"""The replay table of docs/benchmarks.md: the bundled corpus through every strategy,
 cold (with the device floor of the same ubatches) and then warm.
 
     python3 scripts/replay_table.py --pleio target/release/pleio big.gguf

@@ -10,7 +10,7 @@
 //! machine interferes, so it compares builds on a loaded machine.
 //!
 //! ```sh
-//! target/release/pleio synth --rows 48000000 -o big.gguf   # the README's 4 GiB table
+//! target/release/pleio synth --rows 48000000 -o big.gguf   # the 4 GiB table of docs/benchmarks.md
 //! cargo run --release -p pleio-benches --example warm_gather -- big.gguf
 //! ```
 

@@ -440,7 +440,7 @@ pub unsafe extern "C" fn pleio_open(
 /// `pleio_open` with a gather strategy: "auto" (the default, also for
 /// NULL), "fault", "advise", "pread", "uring", "uring-direct", "pool" or
 /// "cached" (a row cache of the library's default budget, 256 MiB; see
-/// the README's "Strategies"). An unknown name is `PLEIO_ERR_ARGUMENT`.
+/// docs/strategies.md). An unknown name is `PLEIO_ERR_ARGUMENT`.
 ///
 /// # Safety
 /// As `pleio_open`; a non-NULL `strategy_or_null` must be a NUL-terminated

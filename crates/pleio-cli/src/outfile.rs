@@ -2,7 +2,7 @@
 //! or partial file, and tell each of several concurrent writers whether its
 //! file is the one that landed.
 //!
-//! What happens to a destination path (the README's "Reliability" section
+//! What happens to a destination path (docs/reliability.md, "Outputs",
 //! says the same):
 //!
 //! - `-` is standard output, written directly.

@@ -18,7 +18,7 @@ const STRATEGIES: [&str; 7] = [
 #[test]
 fn bench_writes_every_arm_as_json() {
     // On the real disk (not a tmpfs /tmp), so eviction works.
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap();
     let f = dir.path().join("q.gguf");
     ok(&["synth", "--rows", "30000", "--seed", "5", "-o", p(&f)]);
     let json = dir.path().join("bench.json");
@@ -142,7 +142,7 @@ fn bench_warm_only_and_bad_options() {
 
 #[test]
 fn bench_plot_writes_cold_and_warm_charts() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap();
     let f = dir.path().join("q.gguf");
     ok(&["synth", "--rows", "20000", "--seed", "2", "-o", p(&f)]);
     let svg = dir.path().join("lat.svg");

@@ -30,13 +30,12 @@ fn no_cgroup(table: &Path) -> Option<String> {
 
 #[test]
 fn capped_bench_and_replay_stay_within_a_cap_smaller_than_the_table() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap();
     let f = dir.path().join("q.gguf");
     // 750k rows of 90 B: a 64 MiB table, twice the cap.
     ok(&["synth", "--rows", "750000", "--seed", "4", "-o", p(&f)]);
     if let Some(why) = no_cgroup(&f) {
-        eprintln!("skipped: no memory cgroup here: {why}");
-        return;
+        pleio_testkit::skip!("no memory cgroup here: {why}");
     }
     let cap = 32u64 << 20;
     let json = dir.path().join("b.json");
@@ -133,13 +132,12 @@ fn capped_bench_and_replay_stay_within_a_cap_smaller_than_the_table() {
 /// pipe; links planted at every old name leave their targets untouched.
 #[test]
 fn capped_bench_follows_no_link_planted_at_a_predictable_name() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap();
     let d = dir.path();
     let f = d.join("q.gguf");
     ok(&["synth", "--rows", "20000", "-o", p(&f)]);
     if let Some(why) = no_cgroup(&f) {
-        eprintln!("skipped: no memory cgroup here: {why}");
-        return;
+        pleio_testkit::skip!("no memory cgroup here: {why}");
     }
     let tmp = d.join("tmp");
     std::fs::create_dir(&tmp).unwrap();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{ok, pleio};
+use common::{disk_dir, ok, pleio};
 use std::path::Path;
 
 use pleio::fetch::Strategy;
@@ -55,7 +55,8 @@ fn fnv(bytes: &[u8]) -> String {
 
 #[test]
 fn corpus_replay_is_identical_across_strategies_and_lookahead() {
-    let dir = tempfile::tempdir().unwrap();
+    // On the build's disk: the cold replays evict, which a tmpfs cannot.
+    let dir = disk_dir();
     let f = synth(dir.path(), "60000");
     let shape = ["--ubatch", "256", "--decode", "12"];
     let mut args = vec![f.as_str(), "--corpus", "--prefill", "1000"];
@@ -189,7 +190,7 @@ fn check_floor(j: &Json, what: &str) {
 
 #[test]
 fn replay_checksum_matches_rows_then_gather() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = disk_dir();
     let f = synth(dir.path(), "20000");
     // A stream with an EOS reset; 150 tokens: 130 prefill, 20 decode.
     let toks: Vec<String> = (0..150u32)
@@ -262,7 +263,7 @@ fn bad_arguments_fail_cleanly() {
 
 #[test]
 fn replay_plot_draws_every_ubatch() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap();
     let f = synth(dir.path(), "20000");
     let svg = dir.path().join("r.svg");
     let svg_s = svg.to_str().unwrap();

@@ -35,8 +35,7 @@ fn evict(f: &Path) {
 #[test]
 fn evicted_then_read_table() {
     if pleio::sys::NOOP {
-        eprintln!("skipped: no page-cache calls in this build");
-        return;
+        pleio_testkit::skip!("no page-cache calls in this build");
     }
     let dir = disk_dir();
     let f = synth(dir.path());
@@ -72,8 +71,7 @@ fn evicted_then_read_table() {
 #[test]
 fn half_read_table_shows_where() {
     if pleio::sys::NOOP {
-        eprintln!("skipped: no page-cache calls in this build");
-        return;
+        pleio_testkit::skip!("no page-cache calls in this build");
     }
     let dir = disk_dir();
     let f = synth(dir.path());

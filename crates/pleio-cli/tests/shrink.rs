@@ -102,8 +102,7 @@ fn check_stopped_cleanly(what: &str, out: &Output, file: &Path) {
 #[test]
 fn gather_on_a_file_shrinking_under_it_exits_2_with_a_message() {
     if !sys::SIGBUS_PROTECTED || sys::NOOP {
-        eprintln!("skipped: no SIGBUS guard or no eviction in this build");
-        return;
+        pleio_testkit::skip!("no SIGBUS guard or no eviction in this build");
     }
     let dir = disk_dir();
     let (f, offset, list) = table(dir.path(), 400_000, 20_000);
@@ -145,8 +144,7 @@ fn gather_on_a_file_shrinking_under_it_exits_2_with_a_message() {
 #[test]
 fn bench_on_a_file_shrinking_under_it_exits_2_with_a_message() {
     if !sys::SIGBUS_PROTECTED || sys::NOOP {
-        eprintln!("skipped: no SIGBUS guard or no eviction in this build");
-        return;
+        pleio_testkit::skip!("no SIGBUS guard or no eviction in this build");
     }
     let dir = disk_dir();
     let (f, offset, _) = table(dir.path(), 400_000, 1);

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{ok, p};
+use pleio_testkit::skip;
 use serde_json::Value;
 
 /// `nobody` on Debian-like systems.
@@ -80,16 +81,13 @@ fn auto_residency_and_bench_tell_the_truth_to_a_reader_who_does_not_own_the_tabl
     use std::os::unix::fs::MetadataExt;
     // /proc/self belongs to this process's effective user.
     if std::fs::metadata("/proc/self").map_or(true, |m| m.uid() != 0) {
-        eprintln!("skipped: needs root, to give the table to root and run pleio as nobody");
-        return;
+        skip!("needs root, to give the table to root and run pleio as nobody");
     }
     if pleio::sys::NOOP {
-        eprintln!("skipped: no page-cache calls in this build");
-        return;
+        skip!("no page-cache calls in this build");
     }
     let Some(base) = traversable_disk_dir() else {
-        eprintln!("skipped: no disk directory that nobody may traverse");
-        return;
+        skip!("no disk directory that nobody may traverse");
     };
     // Root's, 0711: nobody may reach the files by name but not list them.
     let dir = tempfile::tempdir_in(base).unwrap();
@@ -113,8 +111,7 @@ fn auto_residency_and_bench_tell_the_truth_to_a_reader_who_does_not_own_the_tabl
         v["resident_fraction"].as_f64().unwrap()
     };
     if root_scan("evicted") > 0.05 {
-        eprintln!("skipped: eviction does not take on this file system");
-        return;
+        skip!("eviction does not take on this file system");
     }
 
     // residency: read probes, about 0% (mincore would say 100%).

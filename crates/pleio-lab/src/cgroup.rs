@@ -436,6 +436,7 @@ fn unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pleio_testkit::skip;
     use std::io::Write;
 
     const HYBRID_MOUNTS: &str = "\
@@ -496,15 +497,14 @@ mod tests {
         ));
     }
 
-    /// A cap, or `None` after saying why this machine cannot make one.
-    fn cap_or_skip(bytes: u64) -> Option<MemCap> {
-        match MemCap::new(bytes) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                eprintln!("skipped: {e}");
-                None
+    /// A cap, or the test skipped saying why this machine cannot make one.
+    macro_rules! cap_or_skip {
+        ($bytes:expr) => {
+            match MemCap::new($bytes) {
+                Ok(c) => c,
+                Err(e) => skip!("no memory cgroup here: {e}"),
             }
-        }
+        };
     }
 
     /// A child reading a file three times the cap through the page cache
@@ -512,10 +512,13 @@ mod tests {
     #[test]
     fn page_cache_of_a_capped_child_stays_under_the_cap() {
         let cap_bytes = 32 << 20;
-        let Some(cap) = cap_or_skip(cap_bytes) else {
-            return;
-        };
-        let mut f = tempfile::NamedTempFile::new().unwrap();
+        let cap = cap_or_skip!(cap_bytes);
+        // On the build's disk: a tmpfs TMPDIR cannot be evicted.
+        let dir = pleio_testkit::disk_dir!();
+        if let Err(e) = pleio_testkit::evictable(&dir) {
+            skip!("{e}");
+        }
+        let mut f = tempfile::NamedTempFile::new_in(dir).unwrap();
         let chunk = vec![7u8; 1 << 20];
         for _ in 0..3 * (cap_bytes >> 20) {
             f.write_all(&chunk).unwrap();
@@ -527,8 +530,7 @@ mod tests {
             .ok()
             .and_then(|()| crate::residency::scan_file(f.as_file(), 0..len, 1).ok());
         if cold.is_none_or(|c| c.fraction() > 0.1) {
-            eprintln!("skipped: cannot evict the temp file from the page cache here");
-            return;
+            skip!("cannot evict the temp file from the page cache here");
         }
         let mut cmd = Command::new("cat");
         cmd.arg(f.path()).stdout(std::process::Stdio::null());
@@ -549,9 +551,7 @@ mod tests {
     /// and the usage says so.
     #[test]
     fn a_child_over_the_cap_is_oom_killed_and_reported() {
-        let Some(cap) = cap_or_skip(16 << 20) else {
-            return;
-        };
+        let cap = cap_or_skip!(16 << 20);
         let dir = cap.path().to_path_buf();
         // 64 MB of 'a' held in a shell variable.
         let mut cmd = Command::new("sh");
@@ -572,9 +572,7 @@ mod tests {
 
     #[test]
     fn a_refused_join_fails_the_spawn() {
-        let Some(cap) = cap_or_skip(MIN_CAP * 8) else {
-            return;
-        };
+        let cap = cap_or_skip!(MIN_CAP * 8);
         let dir = cap.path().to_path_buf();
         let mut cmd = Command::new("true");
         cap.confine(&mut cmd).unwrap();

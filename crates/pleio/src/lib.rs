@@ -22,6 +22,7 @@
 mod error;
 mod open;
 mod output;
+mod tuning;
 
 pub mod cache;
 pub mod checkpoint;

@@ -19,7 +19,7 @@
 //! read: the direct strategies never touch the mapping, and the mapped
 //! ones read through the guarded copy of [`crate::sys`] once the hardening
 //! work lands (until then the contract is: the file must not shrink while
-//! it is mapped; see README "Reliability"). Unmapping needs `&mut self`, so
+//! it is mapped; see docs/reliability.md). Unmapping needs `&mut self`, so
 //! no slice outlives its pages.
 //!
 //! This module may use `unsafe` (raw views of mapped bytes); the system

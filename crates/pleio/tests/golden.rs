@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use pleio::quant::{can_decode, GgmlType, RowDecoder};
 use pleio_lab::random::{fill_random_blocks, Rng};
+use pleio_testkit::skip;
 
 /// One manifest line.
 struct Entry {
@@ -261,10 +262,7 @@ fn compare_reports_the_first_mismatch() {
 #[test]
 fn crosscheck_live() {
     let Some(dir) = std::env::var_os("PLEIO_XCHECK_DIR") else {
-        println!(
-            "crosscheck_live: SKIPPED (PLEIO_XCHECK_DIR is not set; run scripts/crosscheck.sh)"
-        );
-        return;
+        skip!("PLEIO_XCHECK_DIR is not set (scripts/crosscheck.sh sets it)");
     };
     let dir = PathBuf::from(dir);
     let min_blocks: usize = std::env::var("PLEIO_XCHECK_MIN_BLOCKS")

@@ -14,6 +14,7 @@ use pleio::io::{
     IoError, PoolBackend, PoolConfig, PreadBackend, ReadBackend, ReadPlan, Span, UringBackend,
     UringConfig,
 };
+use pleio_testkit::{skip, skip_case};
 
 /// Deterministic pseudo-random numbers (xorshift64*).
 struct Rng(u64);
@@ -32,6 +33,12 @@ impl Rng {
 
 /// 3 MiB + 1234 bytes (not a multiple of any block size) of seeded noise.
 const FILE_LEN: usize = (3 << 20) + 1234;
+
+/// A scratch directory on the build's disk (`O_DIRECT` is refused by the
+/// tmpfs that is the default `TMPDIR` on several distributions).
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap()
+}
 
 fn make_file(dir: &Path, len: usize) -> (std::path::PathBuf, Vec<u8>) {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
@@ -98,7 +105,7 @@ fn backends(path: &Path) -> Vec<(String, Box<dyn ReadBackend>)> {
         match UringBackend::open(path, cfg) {
             Ok(b) => out.push((name.into(), Box::new(b))),
             Err(e @ (IoError::UringUnavailable(_) | IoError::DirectUnsupported { .. })) => {
-                println!("skipping {name}: {e}")
+                skip_case!("{name}: {e}")
             }
             Err(e) => panic!("{name}: {e}"),
         }
@@ -182,7 +189,7 @@ fn cases(file: &[u8]) -> Vec<(&'static str, ReadPlan)> {
 
 #[test]
 fn every_backend_matches_a_plain_read() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let (path, file) = make_file(dir.path(), FILE_LEN);
     let backends = backends(&path);
     for (case, plan) in cases(&file) {
@@ -203,7 +210,7 @@ fn every_backend_matches_a_plain_read() {
 
 #[test]
 fn rows_land_at_their_staging_offsets() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let (path, file) = make_file(dir.path(), FILE_LEN);
     let rows: Vec<u64> = (0..2000)
         .map(|i| i * i % 30_000)
@@ -229,7 +236,7 @@ fn rows_land_at_their_staging_offsets() {
 
 #[test]
 fn short_staging_is_an_error() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let (path, _) = make_file(dir.path(), 10_000);
     let plan = ReadPlan::packed([(0, 100), (500, 100)]).unwrap();
     for (name, b) in backends(&path) {
@@ -246,7 +253,7 @@ fn short_staging_is_an_error() {
 
 #[test]
 fn truncated_file_errors_name_the_offset() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let (path, _) = make_file(dir.path(), FILE_LEN);
     // Backends opened on the full file, which then shrinks under them.
     let backends = backends(&path);
@@ -288,7 +295,7 @@ fn truncated_file_errors_name_the_offset() {
 
 #[test]
 fn eight_threads_share_one_backend() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let (path, file) = make_file(dir.path(), FILE_LEN);
     let file = Arc::new(file);
     for (name, b) in backends(&path) {
@@ -318,7 +325,7 @@ fn eight_threads_share_one_backend() {
 
 #[test]
 fn direct_extent_reads_for_the_device_floor() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let (path, _) = make_file(dir.path(), FILE_LEN);
     let cfg = UringConfig {
         direct: true,
@@ -327,8 +334,7 @@ fn direct_extent_reads_for_the_device_floor() {
     let b = match UringBackend::open(&path, cfg) {
         Ok(b) => b,
         Err(e @ (IoError::UringUnavailable(_) | IoError::DirectUnsupported { .. })) => {
-            println!("skipping: {e}");
-            return;
+            skip!("{e}");
         }
         Err(e) => panic!("{e}"),
     };
@@ -399,7 +405,7 @@ fn uring_probe_reports_clearly() {
         Err(e) => {
             assert!(matches!(e, IoError::UringUnavailable(_)), "{e:?}");
             assert!(e.to_string().starts_with("io_uring is unavailable"));
-            println!("io_uring unavailable here: {e}");
+            skip_case!("io_uring unavailable here: {e}");
         }
     }
 }
@@ -515,8 +521,7 @@ mod measure {
         let path = std::env::var("PLEIO_IO_FILE").unwrap_or_else(|_| "/work/big.gguf".into());
         let path = Path::new(&path);
         let Ok(file) = File::open(path) else {
-            println!("skipping: no {}", path.display());
-            return;
+            skip!("no {}", path.display());
         };
         let len = file.metadata().unwrap().len();
         let n_pages = len / PAGE as u64;
@@ -551,7 +556,7 @@ mod measure {
                     let kind = if direct { "O_DIRECT" } else { "buffered" };
                     arms.push(backend_arm(&format!("uring {kind} QD{qd}"), Box::new(b)))
                 }
-                Err(e) => println!("skipping uring QD{qd} direct={direct}: {e}"),
+                Err(e) => skip_case!("uring QD{qd} direct={direct}: {e}"),
             }
         }
         if let Ok(b) = UringBackend::open(
@@ -635,8 +640,7 @@ mod measure {
         let path = std::env::var("PLEIO_IO_FILE").unwrap_or_else(|_| "/work/big.gguf".into());
         let path = Path::new(&path);
         let Ok(file) = File::open(path) else {
-            println!("skipping: no {}", path.display());
-            return;
+            skip!("no {}", path.display());
         };
         let len = file.metadata().unwrap().len();
         let n_pages = len / PAGE as u64;

@@ -14,6 +14,7 @@ use pleio::ngram::RowMapper;
 use pleio::sys;
 use pleio::{ErrorKind, Strategy};
 use pleio_lab::replay::{checksum, ProcSample, ReplayConfig, Replayer, CHECKSUM_INIT};
+use pleio_testkit::skip;
 
 fn random_rows(fx: &Fixture, n: usize, seed: u64) -> Vec<u64> {
     let mut rng = Rng::new(seed);
@@ -63,10 +64,10 @@ fn prefetched_rows_equal_direct_gathers_and_are_read_once() {
 #[test]
 fn completion_reads_nothing_from_a_cold_file() {
     if sys::NOOP || thread_read_bytes().is_none() {
-        eprintln!("skipped: no eviction or no per-thread I/O counters here");
-        return;
+        skip!("no eviction or no per-thread I/O counters here");
     }
-    let fx = Fixture::qwen(40_000, 9);
+    // On the build's disk: eviction does nothing on a tmpfs TMPDIR.
+    let fx = Fixture::qwen_on_disk(40_000, 9);
     fx.file.as_file().sync_all().unwrap();
     let replayer = Replayer::new(fx.model.clone(), fx.table.clone()).unwrap();
     let rows = random_rows(&fx, 2000, 3);
@@ -275,9 +276,9 @@ fn replays_gather_the_same_floats_with_every_strategy_and_lookahead() {
 #[test]
 fn cold_replays_evict_before_prefill_and_decode() {
     if sys::NOOP {
-        return;
+        skip!("the no-op OS layer cannot evict");
     }
-    let fx = Fixture::qwen(50_000, 3);
+    let fx = Fixture::qwen_on_disk(50_000, 3);
     fx.file.as_file().sync_all().unwrap();
     let r = Replayer::new(fx.model.clone(), fx.table.clone()).unwrap();
     let cfg = ReplayConfig {

@@ -260,9 +260,9 @@ fn a_failed_read_leaves_the_output_untouched_and_a_changed_file_empties_the_cach
     check_fails(&rows, "chunks of misses, the last one failing");
     // The file is put back (truncated, then written, as `cp` does): the
     // cache is emptied and every row read again.
-    std::thread::sleep(std::time::Duration::from_millis(50));
     file.set_len(0).unwrap();
     file.write_all_at(&whole, 0).unwrap();
+    later_mtime(file);
     let mut rows = hot.clone();
     rows.push(n - 1);
     let mut out = vec![0f32; rows.len() * table.row_elems()];
@@ -271,17 +271,30 @@ fn a_failed_read_leaves_the_output_untouched_and_a_changed_file_empties_the_cach
     assert_eq!(st.cache_hits, 0, "{st:?}");
     assert_eq!(st.cache_misses, rows.len() as u64, "{st:?}");
     // Rewritten in place, same length: row 37 now holds row 5's bytes,
-    // and the cache serves the file as it is now (the sleep moves the
-    // file's modification time past the last look's).
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    // and the cache serves the file as it is now (its modification time
+    // moved past the last look's).
     let rb = t.row_bytes() as usize;
     let at = |r: u64| (t.offset() + r * t.row_bytes()) as usize;
     file.write_all_at(&whole[at(5)..at(5) + rb], at(37) as u64)
         .unwrap();
+    later_mtime(file);
     let mut out = vec![0f32; table.row_elems()];
     table.gather(&[37], &mut out).unwrap();
     assert_eq!(bits(&out), bits(&fx.reference(&[5])));
     file.write_all_at(&whole, 0).unwrap();
+}
+
+/// Gives `file` a modification time it never had: a write within the file
+/// system's timestamp granularity of the cache's last look may leave the
+/// time unchanged, and waiting for the clock to tick would make the test
+/// depend on the machine. Each call sets a new time in 2001, which no write
+/// in this test can produce.
+fn later_mtime(file: &std::fs::File) {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000 + n);
+    file.set_modified(t).unwrap();
+    assert_eq!(file.metadata().unwrap().modified().unwrap(), t);
 }
 
 fn cached_ckpt(fx: &CkptFixture, budget: u64) -> Table {
@@ -386,8 +399,8 @@ fn a_checkpoint_prewarms_and_any_changed_file_empties_the_cache() {
         .open(&files[2])
         .unwrap();
     let whole = std::fs::read(&files[2]).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(50));
     last.write_all_at(&whole, 0).unwrap();
+    later_mtime(&last);
     let (got, st) = raw(&table, Strategy::Cached, &hot);
     assert!(got == fx.reference_raw(&hot));
     assert_eq!((st.cache_hits, st.cache_misses), (0, 300), "{st:?}");

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use fetch_fixture::{bits, Fixture, Rng};
 use pleio::fetch::GatherError;
 use pleio::{sys, Error, ErrorKind, Strategy, Table};
+use pleio_testkit::{skip, skip_case};
 
 /// Output filler: a gather that fails must leave every float like this.
 const UNTOUCHED: f32 = -7.25;
@@ -92,7 +93,7 @@ fn every_strategy_reports_a_shrunk_file_as_an_error() {
     let want = bits(&fx.reference(&rows));
     for &s in Strategy::ALL {
         if unguarded(s) {
-            eprintln!("skipped {s}: no SIGBUS guard on this target");
+            skip_case!("{s}: no SIGBUS guard on this target");
             continue;
         }
         // A fresh reader (nothing known resident) and one that has read
@@ -239,8 +240,7 @@ const CHILD: &str = "PLEIO_TEST_SIGBUS_CHILD";
 #[test]
 fn a_sigbus_outside_pleio_still_kills() {
     if !sys::SIGBUS_PROTECTED {
-        eprintln!("skipped: no SIGBUS guard on this target");
-        return;
+        skip!("no SIGBUS guard on this target");
     }
     if std::env::var_os(CHILD).is_some() {
         // No core file from the expected crash.

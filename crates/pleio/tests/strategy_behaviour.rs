@@ -7,6 +7,7 @@ mod fetch_fixture;
 use fetch_fixture::{bits, Fixture};
 use pleio::sys;
 use pleio::Strategy;
+use pleio_testkit::skip;
 
 #[test]
 fn direct_strategies_say_which_backend_read() {
@@ -66,8 +67,7 @@ fn auto_reads_cold_rows_then_maps_warm_ones() {
 #[test]
 fn auto_notices_external_eviction() {
     if sys::NOOP {
-        eprintln!("skipped: the no-op OS layer cannot evict");
-        return;
+        skip!("the no-op OS layer cannot evict");
     }
     let fx = Fixture::qwen_on_disk(200_000, 9);
     let reader = fx.reader();
@@ -97,8 +97,7 @@ fn auto_notices_external_eviction() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     if left > 2 {
-        eprintln!("skipped: {left} pages stayed resident (file system cannot evict)");
-        return;
+        skip!("{left} pages stayed resident (the file system cannot evict)");
     }
     let after = reader.gather_with(Strategy::Auto, &rows, &mut out).unwrap();
     assert_eq!(bits(&out), want);

@@ -28,7 +28,8 @@ pub fn p(path: &Path) -> &str {
     path.to_str().unwrap()
 }
 
-/// A directory on the build's disk (eviction does nothing on tmpfs).
+/// A directory on the build's disk (eviction does nothing on tmpfs; see
+/// `pleio_testkit::disk_dir!`).
 pub fn disk_dir() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+    tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap()
 }

@@ -7,7 +7,7 @@
     buf = np.empty((len(ids), t.row_elems), np.float16)
     t.gather(ids, out=buf, dtype="float16")          # in place, GIL released
 
-See the README's "Python" section: dtypes, errors, threading.
+See docs/python.md: dtypes, errors, threading.
 """
 
 from ._pleio import (

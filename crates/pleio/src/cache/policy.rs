@@ -34,7 +34,7 @@ pub enum CachePolicy {
     Clock,
     /// SIEVE: FIFO order, visited bit, a hand that leaves survivors in place
     /// (the default: best hit rate on the row streams measured, with the
-    /// cheapest hit; see the README).
+    /// cheapest hit; see docs/cache.md, "Which eviction policy").
     #[default]
     Sieve,
     /// S3-FIFO: small probationary FIFO, main FIFO, ghost ids.
@@ -178,7 +178,7 @@ const S3_SMALL_TENTHS: usize = 1;
 const S3_GHOST_TENTHS: usize = 9;
 /// Hits a row needs while in the small queue to move to the main queue.
 /// The paper's pseudo-code says 2, its reference simulator's default is 1;
-/// on the row streams measured (README) 1 gave the higher hit rate.
+/// on the row streams measured (docs/cache.md) 1 gave the higher hit rate.
 const S3_PROMOTE_HITS: u8 = 1;
 /// Flag bit in `S3Fifo::meta`: the slot is in the main queue.
 const IN_MAIN: u8 = 0x80;

@@ -17,7 +17,7 @@
 //! but not mapped; populating the page tables after the read
 //! (`MADV_POPULATE_READ`) fixed the warm pass but not the cold one
 //! (experimental builds measured in the session that made this change; the
-//! README has the chosen design's figures). Every row is written to the
+//! docs/benchmarks.md has the chosen design's figures). Every row is written to the
 //! output last, so an error leaves it untouched.
 //!
 //! Rows the bitmap does not know are not taken as cold blindly: the first
@@ -47,21 +47,19 @@ use super::direct::Kind;
 use super::known_pages::Residency;
 use super::{with_staged, GatherError, GatherStats, Staged, Table};
 use crate::output::Out;
+use crate::tuning::TUNING;
 
-/// Rows decoded between two clock reads on the warm path. A decode batch
-/// (16 rows) fits in one window and so reads no clock at all: measured,
-/// two clock reads (~30 ns each here) were 7% of a warm 16-row gather.
-pub(super) const WINDOW: usize = 16;
+/// Rows decoded between two clock reads on the warm path
+/// ([`Tuning::window_rows`](crate::tuning::Tuning::window_rows)).
+pub(super) const WINDOW: usize = TUNING.window_rows;
 
-/// A warm window slower than this is the eviction signature. One major
-/// fault on the build machine's disk costs 60-100 us (a queue-depth-1 read);
-/// sixteen resident rows cost under 2 us, sixteen minor faults under 20 us.
-pub(super) const WINDOW_BUDGET: Duration = Duration::from_micros(50);
+/// A warm window slower than this is the eviction signature
+/// ([`Tuning::window_budget`](crate::tuning::Tuning::window_budget)).
+pub(super) const WINDOW_BUDGET: Duration = TUNING.window_budget;
 
-/// Rows believed cold that are probed before the device is asked: if none
-/// is resident the batch is taken as truly cold, so a cold batch pays at
-/// most this many probes (about a microsecond each).
-pub(super) const PROBE: usize = 8;
+/// Rows believed cold that are probed before the device is asked
+/// ([`Tuning::probe_rows`](crate::tuning::Tuning::probe_rows)).
+pub(super) const PROBE: usize = TUNING.probe_rows;
 
 impl Table {
     /// The residency bitmap, created on first use.

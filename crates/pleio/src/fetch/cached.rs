@@ -40,15 +40,14 @@ use crate::io::{Extent, IoError, ReadBackend, ReadPlan, ReadStats, UringBackend,
 use crate::layout::Layout;
 use crate::output::{Decoder, Out};
 use crate::quant::DecodeError;
+use crate::tuning::TUNING;
 
 /// The row cache budget of a table handle that did not set one.
 pub const DEFAULT_BUDGET: u64 = 256 << 20;
 
-/// Reads in flight on the cache's ring. Measured on the build machine's
-/// virtio disk under load (cold replays of 16k corpus tokens, four rounds):
-/// 256 beat 64 in every round (4.6-8.3k against 3.2-5.7k tokens/s); 512
-/// was no better.
-const QUEUE_DEPTH: u32 = 256;
+/// Reads in flight on the cache's ring
+/// ([`Tuning::cache_queue_depth`](crate::tuning::Tuning::cache_queue_depth)).
+const QUEUE_DEPTH: u32 = TUNING.cache_queue_depth;
 
 /// A handle's cache settings and the cache, made on first use (clones of
 /// the handle share it).

@@ -20,11 +20,11 @@ use crate::io::{
     UringConfig,
 };
 use crate::output::Out;
+use crate::tuning::TUNING;
 
-/// Rows whose bytes are at most this far apart are read as one span (the
-/// gap is read and ignored): one request instead of two for rows sharing a
-/// page, at the cost of at most this many wasted bytes per merge.
-pub(super) const COALESCE_GAP: usize = 1024;
+/// Rows whose bytes are at most this far apart are read as one span
+/// ([`Tuning::coalesce_gap`](crate::tuning::Tuning::coalesce_gap)).
+pub(super) const COALESCE_GAP: usize = TUNING.coalesce_gap;
 
 /// Staging kept between gathers up to this size; larger is freed after use
 /// so one huge batch does not pin memory.

@@ -545,8 +545,7 @@ mod tests {
     #[test]
     fn a_truncated_file_is_an_error_not_a_signal() {
         if !PROTECTED {
-            eprintln!("skipped: no SIGBUS protection on this target");
-            return;
+            pleio_testkit::skip!("no SIGBUS protection on this target");
         }
         for (name, copy) in routines() {
             for rb in [5usize, 20, 40, 100] {

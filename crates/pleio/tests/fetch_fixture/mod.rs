@@ -34,9 +34,9 @@ impl Fixture {
 
     /// Like [`Fixture::qwen`], in the cargo target's scratch directory (a
     /// real disk file system, so eviction from the page cache works, which
-    /// it does not on a tmpfs `/tmp`).
+    /// it does not on a tmpfs `/tmp`; see `pleio_testkit::disk_dir!`).
     pub fn qwen_on_disk(rows: u64, seed: u64) -> Fixture {
-        let dir = env!("CARGO_TARGET_TMPDIR");
+        let dir = pleio_testkit::disk_dir!();
         Fixture::qwen_with(tempfile::NamedTempFile::new_in(dir).unwrap(), rows, seed)
     }
 
@@ -167,7 +167,7 @@ impl CkptFixture {
     #[allow(dead_code)] // Not every test file that includes this uses it.
     pub fn of_spec(spec: CkptSpec) -> Self {
         let (enc, shards, files, seed) = (spec.encoding, spec.shards, spec.files, spec.seed);
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let dir = tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap();
         let path = dir.path().join(format!("{}-{files}", enc.name()));
         let sum = write_checkpoint(&spec, &path, &mut |_| {}).unwrap();
         let part_len: Vec<usize> = enc.part_row_bytes().iter().map(|&b| b as usize).collect();
