@@ -295,3 +295,286 @@ fn a_sigbus_outside_pleio_still_kills() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Runs the test `name` again in a child process (with [`CHILD`] set),
+/// where `child` runs and the child then exits 0; in the parent, asserts
+/// the child exited 0, not by a signal. For tests that change the
+/// process's signal handling, or that kill the process when they fail.
+fn in_child(name: &str, child: impl FnOnce()) {
+    if std::env::var_os(CHILD).is_some() {
+        child();
+        std::process::exit(0);
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{name}: the child process ended with {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Installs `handler` (`SA_SIGINFO`) for `SIGBUS`, as a host does.
+fn host_handler(handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)) {
+    // SAFETY: installs a handler that only touches atomics and calls
+    // async-signal-safe functions; the struct is plain data we own.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = handler as usize;
+        act.sa_flags = libc::SA_SIGINFO;
+        libc::sigemptyset(&mut act.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGBUS, &act, std::ptr::null_mut()), 0);
+    }
+}
+
+/// Sets `SIGBUS`'s disposition to `SIG_DFL` (what CPython's
+/// `faulthandler.disable()` does when it was enabled first).
+fn host_default() {
+    // SAFETY: as above, with the default disposition.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut act.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGBUS, &act, std::ptr::null_mut()), 0);
+    }
+}
+
+/// Sends `SIGBUS` to a thread of this process as `kill` would (`tgkill`,
+/// `si_code` `SI_TKILL`, no fault address).
+fn send_sigbus(thread: libc::pthread_t) {
+    // SAFETY: the thread is alive (its join handle is held).
+    assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGBUS) }, 0);
+}
+
+/// `SIGBUS`es a host handler received.
+static HOST_SIGNALS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn counting_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    HOST_SIGNALS.fetch_add(1, Ordering::SeqCst);
+}
+
+extern "C" fn dying_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    let msg = b"the host's SIGBUS handler ran\n";
+    // SAFETY: write and _exit are async-signal-safe.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::_exit(42);
+    }
+}
+
+/// A `SIGBUS` sent with `kill` while a thread copies rows out of the
+/// mapping is not a fault of the copy: the gather succeeds with the right
+/// rows and the signal reaches the host's handler, every time.
+#[test]
+fn a_sigbus_sent_with_kill_is_not_a_fault() {
+    if !sys::SIGBUS_PROTECTED {
+        eprintln!("skipped: no SIGBUS guard on this target");
+        return;
+    }
+    in_child("a_sigbus_sent_with_kill_is_not_a_fault", || {
+        host_handler(counting_handler);
+        let fx = Fixture::qwen(20_000, 8);
+        let reader = fx.reader();
+        let rows: Vec<u64> = (0..fx.table.rows()).collect();
+        let want = bits(&fx.reference(&rows));
+        let stop = AtomicU64::new(0);
+        let gathers = AtomicU64::new(0);
+        let thread = AtomicU64::new(0);
+        let sent = std::thread::scope(|sc| {
+            let worker = sc.spawn(|| {
+                // SAFETY: pthread_self has no preconditions.
+                thread.store(unsafe { libc::pthread_self() } as u64, Ordering::Release);
+                let mut out = vec![0f32; rows.len() * reader.row_elems()];
+                while stop.load(Ordering::Acquire) == 0 {
+                    reader
+                        .gather_with(Strategy::Fault, &rows, &mut out)
+                        .expect("a signal sent with kill failed the gather");
+                    assert_eq!(bits(&out), want);
+                    gathers.fetch_add(1, Ordering::Release);
+                }
+            });
+            while gathers.load(Ordering::Acquire) == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let mut sent = 0;
+            while sent < 400 && !worker.is_finished() {
+                send_sigbus(thread.load(Ordering::Acquire) as libc::pthread_t);
+                sent += 1;
+                std::thread::sleep(Duration::from_micros(300));
+            }
+            stop.store(1, Ordering::Release);
+            worker.join().map_err(std::panic::resume_unwind).unwrap();
+            sent
+        });
+        // Every signal reached the host (delivery is done once the worker
+        // joined: a pending signal is delivered before it can exit).
+        assert_eq!(HOST_SIGNALS.load(Ordering::SeqCst), sent);
+        println!(
+            "{sent} signals, {} gathers",
+            gathers.load(Ordering::Relaxed)
+        );
+    });
+}
+
+/// A host that puts the default disposition back after pleio installed its
+/// handler (CPython's `faulthandler.disable()` when faulthandler was
+/// enabled first): a shrunk file is still an error, not a dead process.
+#[test]
+fn a_default_disposition_restored_by_the_host_is_guarded_again() {
+    if !sys::SIGBUS_PROTECTED {
+        eprintln!("skipped: no SIGBUS guard on this target");
+        return;
+    }
+    in_child(
+        "a_default_disposition_restored_by_the_host_is_guarded_again",
+        || {
+            let fx = Fixture::qwen(3000, 9);
+            let reader = fx.reader();
+            let n = fx.table.rows();
+            let mut out = vec![0f32; reader.row_elems()];
+            reader
+                .gather_with(Strategy::Fault, &[n - 1], &mut out)
+                .unwrap();
+            host_default();
+            shrink(&fx, fx.table.offset());
+            for s in [Strategy::Fault, Strategy::Advise, Strategy::Auto] {
+                let e = reader.gather_with(s, &[n - 1], &mut out).unwrap_err();
+                check_error(&fx, s, &e, true);
+            }
+        },
+    );
+}
+
+/// A handler the host installs after pleio's (`faulthandler.enable()`
+/// after import, a C host's own) is not overridden and never sees pleio's
+/// faults: a shrunk file is still an error.
+#[test]
+fn a_handler_installed_later_never_sees_a_fault_of_pleio() {
+    if !sys::SIGBUS_PROTECTED {
+        eprintln!("skipped: no SIGBUS guard on this target");
+        return;
+    }
+    in_child(
+        "a_handler_installed_later_never_sees_a_fault_of_pleio",
+        || {
+            let fx = Fixture::qwen(3000, 10);
+            let reader = fx.reader();
+            let n = fx.table.rows();
+            let rows = [0, n - 1, 17];
+            let want = bits(&fx.reference(&rows));
+            let mut out = vec![0f32; rows.len() * reader.row_elems()];
+            reader
+                .gather_with(Strategy::Fault, &rows, &mut out)
+                .unwrap();
+            host_handler(dying_handler);
+            for s in [Strategy::Fault, Strategy::Advise, Strategy::Auto] {
+                out.fill(UNTOUCHED);
+                reader.gather_with(s, &rows, &mut out).unwrap();
+                assert_eq!(bits(&out), want, "{s}");
+            }
+            shrink(&fx, fx.table.offset());
+            for s in [Strategy::Fault, Strategy::Advise, Strategy::Auto] {
+                out.fill(UNTOUCHED);
+                let e = reader.gather_with(s, &rows, &mut out).unwrap_err();
+                check_error(&fx, s, &e, true);
+                assert!(out.iter().all(|&x| x == UNTOUCHED), "{s}");
+            }
+        },
+    );
+}
+
+/// A gathering thread that blocks `SIGBUS` keeps the guard (a blocked
+/// `SIGBUS` from a fault would kill the process), and gets its mask back.
+#[test]
+fn a_thread_blocking_sigbus_keeps_the_guard() {
+    if !sys::SIGBUS_PROTECTED {
+        eprintln!("skipped: no SIGBUS guard on this target");
+        return;
+    }
+    in_child("a_thread_blocking_sigbus_keeps_the_guard", || {
+        let fx = Fixture::qwen(3000, 11);
+        let reader = fx.reader();
+        let n = fx.table.rows();
+        // SAFETY: plain signal-set calls on a set we own.
+        let blocked = || unsafe {
+            let mut now: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut now);
+            libc::sigismember(&now, libc::SIGBUS) == 1
+        };
+        // SAFETY: as above.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGBUS);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
+        assert!(blocked());
+        let mut out = vec![0f32; reader.row_elems()];
+        reader
+            .gather_with(Strategy::Fault, &[n - 1], &mut out)
+            .unwrap();
+        shrink(&fx, fx.table.offset());
+        for s in [Strategy::Fault, Strategy::Advise, Strategy::Auto] {
+            let e = reader.gather_with(s, &[n - 1], &mut out).unwrap_err();
+            check_error(&fx, s, &e, true);
+            assert!(blocked(), "{s}: SIGBUS no longer blocked");
+        }
+    });
+}
+
+/// A GGUF file whose header is cut while it is being parsed (as a device
+/// error in a header page would fail it): opening is an error or succeeds,
+/// it never dies by `SIGBUS` (the header is read, not mapped).
+#[test]
+fn a_gguf_header_cut_while_it_is_parsed_is_an_error_not_a_signal() {
+    in_child(
+        "a_gguf_header_cut_while_it_is_parsed_is_an_error_not_a_signal",
+        || {
+            let file = tempfile::NamedTempFile::new().unwrap();
+            // A 16 MiB header (as a large vocabulary makes): parsing it
+            // takes long enough for the cuts below to land inside.
+            let mut w = pleio::gguf::GgufWriter::create(file.path()).unwrap();
+            w.add_metadata("big.bytes", vec![7u8; 16 << 20]).unwrap();
+            w.add_tensor("t", pleio::quant::GgmlType::F32, &[16])
+                .unwrap();
+            w.begin_data().unwrap();
+            w.write_tensor_data(&[0u8; 64]).unwrap();
+            w.finish().unwrap();
+            let whole = std::fs::read(file.path()).unwrap();
+            let stop = AtomicU64::new(0);
+            let (mut ok, mut failed) = (0, 0);
+            std::thread::scope(|sc| {
+                sc.spawn(|| {
+                    let f = file.as_file();
+                    let mut rng = Rng::new(5);
+                    while stop.load(Ordering::Acquire) == 0 {
+                        f.set_len(4096).unwrap();
+                        std::thread::sleep(Duration::from_micros(rng.below(2000)));
+                        f.write_all_at(&whole, 0).unwrap();
+                        std::thread::sleep(Duration::from_micros(rng.below(4000)));
+                    }
+                });
+                for _ in 0..60 {
+                    match pleio::model::Model::open(file.path()) {
+                        Ok(m) => {
+                            assert_eq!(m.tensors().len(), 1);
+                            ok += 1;
+                        }
+                        Err(e) => {
+                            let text = e.to_string();
+                            assert!(text.contains(&file.path().display().to_string()), "{text}");
+                            failed += 1;
+                        }
+                    }
+                }
+                stop.store(1, Ordering::Release);
+            });
+            println!("{ok} opens succeeded, {failed} failed");
+        },
+    );
+}
