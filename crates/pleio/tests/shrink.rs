@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use fetch_fixture::{bits, Fixture, Rng};
 use pleio::fetch::GatherError;
+use pleio::fetch::SigbusGuard;
 use pleio::{sys, Error, ErrorKind, Strategy, Table};
 
 /// Output filler: a gather that fails must leave every float like this.
@@ -401,19 +402,39 @@ fn a_sigbus_sent_with_kill_is_not_a_fault() {
             while gathers.load(Ordering::Acquire) == 0 {
                 std::thread::sleep(Duration::from_millis(1));
             }
+            let mut rng = Rng::new(12);
+            // One at a time (a signal sent while the same one is pending
+            // is merged with it), each once the previous one arrived.
             let mut sent = 0;
             while sent < 400 && !worker.is_finished() {
                 send_sigbus(thread.load(Ordering::Acquire) as libc::pthread_t);
                 sent += 1;
-                std::thread::sleep(Duration::from_micros(300));
+                let t0 = Instant::now();
+                while HOST_SIGNALS.load(Ordering::SeqCst) < sent && !worker.is_finished() {
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(20),
+                        "signal {sent} never reached the host's handler"
+                    );
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                std::thread::sleep(Duration::from_micros(rng.below(400)));
             }
             stop.store(1, Ordering::Release);
             worker.join().map_err(std::panic::resume_unwind).unwrap();
             sent
         });
-        // Every signal reached the host (delivery is done once the worker
-        // joined: a pending signal is delivered before it can exit).
+        // Every signal reached the host.
         assert_eq!(HOST_SIGNALS.load(Ordering::SeqCst), sent);
+        // The host's handler, installed first, never sees pleio's own fault.
+        shrink(&fx, fx.table.offset());
+        let mut out = vec![0f32; reader.row_elems()];
+        let last = [fx.table.rows() - 1];
+        let e = reader
+            .gather_with(Strategy::Fault, &last, &mut out)
+            .unwrap_err();
+        check_error(&fx, Strategy::Fault, &e, true);
+        assert_eq!(HOST_SIGNALS.load(Ordering::SeqCst), sent);
+        assert_eq!(reader.sigbus_guard(), SigbusGuard::Active);
         println!(
             "{sent} signals, {} gathers",
             gathers.load(Ordering::Relaxed)
@@ -441,6 +462,23 @@ fn a_default_disposition_restored_by_the_host_is_guarded_again() {
                 .gather_with(Strategy::Fault, &[n - 1], &mut out)
                 .unwrap();
             host_default();
+            // The next gather finds the default and installs the handler
+            // again (chaining to the default now), reading the mapping.
+            let st = reader
+                .gather_with(Strategy::Fault, &[n - 1], &mut out)
+                .unwrap();
+            assert_eq!(
+                (st.guard_displaced, st.guard_reinstalled, st.guard_fallbacks),
+                (1, 1, 0)
+            );
+            assert_eq!(reader.sigbus_guard(), SigbusGuard::Active);
+            let st = reader
+                .gather_with(Strategy::Fault, &[n - 1], &mut out)
+                .unwrap();
+            assert_eq!(st.guard_displaced, 0);
+            // The same through the host's other door: the status query.
+            host_default();
+            assert_eq!(reader.sigbus_guard(), SigbusGuard::Active);
             shrink(&fx, fx.table.offset());
             for s in [Strategy::Fault, Strategy::Advise, Strategy::Auto] {
                 let e = reader.gather_with(s, &[n - 1], &mut out).unwrap_err();
@@ -472,11 +510,25 @@ fn a_handler_installed_later_never_sees_a_fault_of_pleio() {
                 .gather_with(Strategy::Fault, &rows, &mut out)
                 .unwrap();
             host_handler(dying_handler);
+            assert_eq!(reader.sigbus_guard(), SigbusGuard::Displaced);
+            assert!(reader.sigbus_guard().is_protected());
             for s in [Strategy::Fault, Strategy::Advise, Strategy::Auto] {
                 out.fill(UNTOUCHED);
-                reader.gather_with(s, &rows, &mut out).unwrap();
+                let st = reader.gather_with(s, &rows, &mut out).unwrap();
                 assert_eq!(bits(&out), want, "{s}");
+                assert_eq!(
+                    (st.guard_displaced, st.guard_reinstalled, st.guard_fallbacks),
+                    (1, 0, 1),
+                    "{s}"
+                );
             }
+            let totals = reader.stats();
+            assert_eq!((totals.guard_displaced, totals.guard_fallbacks), (3, 3));
+            // The direct strategies never read the mapping: nothing to check.
+            let st = reader
+                .gather_with(Strategy::Pread, &rows, &mut out)
+                .unwrap();
+            assert_eq!((st.guard_displaced, st.guard_fallbacks), (0, 0));
             shrink(&fx, fx.table.offset());
             for s in [Strategy::Fault, Strategy::Advise, Strategy::Auto] {
                 out.fill(UNTOUCHED);
@@ -497,7 +549,10 @@ fn a_thread_blocking_sigbus_keeps_the_guard() {
         return;
     }
     in_child("a_thread_blocking_sigbus_keeps_the_guard", || {
+        // The host's handler, there before pleio's.
+        host_handler(counting_handler);
         let fx = Fixture::qwen(3000, 11);
+        let whole = contents(&fx);
         let reader = fx.reader();
         let n = fx.table.rows();
         // SAFETY: plain signal-set calls on a set we own.
@@ -524,6 +579,31 @@ fn a_thread_blocking_sigbus_keeps_the_guard() {
             check_error(&fx, s, &e, true);
             assert!(blocked(), "{s}: SIGBUS no longer blocked");
         }
+        // With a SIGBUS pending (blocked, the host's to take), unblocking
+        // would deliver it: the gather reads the file instead and leaves it
+        // pending.
+        restore(&fx, &whole);
+        // SAFETY: pthread_self has no preconditions.
+        send_sigbus(unsafe { libc::pthread_self() });
+        // SAFETY: a pending-set query into a set we own.
+        let pending = || unsafe {
+            let mut p: libc::sigset_t = std::mem::zeroed();
+            libc::sigpending(&mut p);
+            libc::sigismember(&p, libc::SIGBUS) == 1
+        };
+        assert!(pending());
+        let st = reader
+            .gather_with(Strategy::Fault, &[n - 1], &mut out)
+            .unwrap();
+        assert_eq!(bits(&out), bits(&fx.reference(&[n - 1])));
+        assert_eq!((st.guard_displaced, st.guard_fallbacks), (0, 1));
+        shrink(&fx, fx.table.offset());
+        let e = reader
+            .gather_with(Strategy::Fault, &[n - 1], &mut out)
+            .unwrap_err();
+        check_error(&fx, Strategy::Fault, &e, true);
+        assert!(pending() && blocked());
+        assert_eq!(HOST_SIGNALS.load(Ordering::SeqCst), 0);
     });
 }
 
