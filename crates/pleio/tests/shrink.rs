@@ -320,6 +320,29 @@ fn in_child(name: &str, child: impl FnOnce()) {
     );
 }
 
+/// [`in_child`] where the guard exists; skipped elsewhere.
+fn in_guarded_child(name: &str, child: impl FnOnce()) {
+    if !sys::SIGBUS_PROTECTED {
+        eprintln!("skipped: no SIGBUS guard on this target");
+        return;
+    }
+    in_child(name, child);
+}
+
+/// The strategies that read through the mapping.
+const MAPPED: [Strategy; 3] = [Strategy::Fault, Strategy::Advise, Strategy::Auto];
+
+/// Asserts that gathering `rows` with every mapped strategy fails with the
+/// error of a shrunk file and leaves `out` untouched.
+fn mapped_gathers_fail(fx: &Fixture, reader: &Table, rows: &[u64], out: &mut [f32]) {
+    for s in MAPPED {
+        out.fill(UNTOUCHED);
+        let e = reader.gather_with(s, rows, out).unwrap_err();
+        check_error(fx, s, &e, true);
+        assert!(out.iter().all(|&x| x == UNTOUCHED), "{s}");
+    }
+}
+
 /// Installs `handler` (`SA_SIGINFO`) for `SIGBUS`, as a host does.
 fn host_handler(handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)) {
     // SAFETY: installs a handler that only touches atomics and calls
@@ -373,11 +396,7 @@ extern "C" fn dying_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut lib
 /// rows and the signal reaches the host's handler, every time.
 #[test]
 fn a_sigbus_sent_with_kill_is_not_a_fault() {
-    if !sys::SIGBUS_PROTECTED {
-        eprintln!("skipped: no SIGBUS guard on this target");
-        return;
-    }
-    in_child("a_sigbus_sent_with_kill_is_not_a_fault", || {
+    in_guarded_child("a_sigbus_sent_with_kill_is_not_a_fault", || {
         host_handler(counting_handler);
         let fx = Fixture::qwen(20_000, 8);
         let reader = fx.reader();
@@ -447,11 +466,7 @@ fn a_sigbus_sent_with_kill_is_not_a_fault() {
 /// enabled first): a shrunk file is still an error, not a dead process.
 #[test]
 fn a_default_disposition_restored_by_the_host_is_guarded_again() {
-    if !sys::SIGBUS_PROTECTED {
-        eprintln!("skipped: no SIGBUS guard on this target");
-        return;
-    }
-    in_child(
+    in_guarded_child(
         "a_default_disposition_restored_by_the_host_is_guarded_again",
         || {
             let fx = Fixture::qwen(3000, 9);
@@ -480,10 +495,7 @@ fn a_default_disposition_restored_by_the_host_is_guarded_again() {
             host_default();
             assert_eq!(reader.sigbus_guard(), SigbusGuard::Active);
             shrink(&fx, fx.table.offset());
-            for s in [Strategy::Fault, Strategy::Advise, Strategy::Auto] {
-                let e = reader.gather_with(s, &[n - 1], &mut out).unwrap_err();
-                check_error(&fx, s, &e, true);
-            }
+            mapped_gathers_fail(&fx, &reader, &[n - 1], &mut out);
         },
     );
 }
@@ -493,11 +505,7 @@ fn a_default_disposition_restored_by_the_host_is_guarded_again() {
 /// faults: a shrunk file is still an error.
 #[test]
 fn a_handler_installed_later_never_sees_a_fault_of_pleio() {
-    if !sys::SIGBUS_PROTECTED {
-        eprintln!("skipped: no SIGBUS guard on this target");
-        return;
-    }
-    in_child(
+    in_guarded_child(
         "a_handler_installed_later_never_sees_a_fault_of_pleio",
         || {
             let fx = Fixture::qwen(3000, 10);
@@ -512,7 +520,7 @@ fn a_handler_installed_later_never_sees_a_fault_of_pleio() {
             host_handler(dying_handler);
             assert_eq!(reader.sigbus_guard(), SigbusGuard::Displaced);
             assert!(reader.sigbus_guard().is_protected());
-            for s in [Strategy::Fault, Strategy::Advise, Strategy::Auto] {
+            for s in MAPPED {
                 out.fill(UNTOUCHED);
                 let st = reader.gather_with(s, &rows, &mut out).unwrap();
                 assert_eq!(bits(&out), want, "{s}");
@@ -530,12 +538,7 @@ fn a_handler_installed_later_never_sees_a_fault_of_pleio() {
                 .unwrap();
             assert_eq!((st.guard_displaced, st.guard_fallbacks), (0, 0));
             shrink(&fx, fx.table.offset());
-            for s in [Strategy::Fault, Strategy::Advise, Strategy::Auto] {
-                out.fill(UNTOUCHED);
-                let e = reader.gather_with(s, &rows, &mut out).unwrap_err();
-                check_error(&fx, s, &e, true);
-                assert!(out.iter().all(|&x| x == UNTOUCHED), "{s}");
-            }
+            mapped_gathers_fail(&fx, &reader, &rows, &mut out);
         },
     );
 }
@@ -544,11 +547,7 @@ fn a_handler_installed_later_never_sees_a_fault_of_pleio() {
 /// `SIGBUS` from a fault would kill the process), and gets its mask back.
 #[test]
 fn a_thread_blocking_sigbus_keeps_the_guard() {
-    if !sys::SIGBUS_PROTECTED {
-        eprintln!("skipped: no SIGBUS guard on this target");
-        return;
-    }
-    in_child("a_thread_blocking_sigbus_keeps_the_guard", || {
+    in_guarded_child("a_thread_blocking_sigbus_keeps_the_guard", || {
         // The host's handler, there before pleio's.
         host_handler(counting_handler);
         let fx = Fixture::qwen(3000, 11);
@@ -574,7 +573,7 @@ fn a_thread_blocking_sigbus_keeps_the_guard() {
             .gather_with(Strategy::Fault, &[n - 1], &mut out)
             .unwrap();
         shrink(&fx, fx.table.offset());
-        for s in [Strategy::Fault, Strategy::Advise, Strategy::Auto] {
+        for s in MAPPED {
             let e = reader.gather_with(s, &[n - 1], &mut out).unwrap_err();
             check_error(&fx, s, &e, true);
             assert!(blocked(), "{s}: SIGBUS no longer blocked");
