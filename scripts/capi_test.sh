@@ -8,7 +8,9 @@
 #                    NULLs, bad enums, short buffers, closed handles;
 #                    linked to libpleio_capi.a with the system C compiler;
 #   capi_threads.cpp one handle from 8 threads, and a close racing 4 others;
-#                    linked to libpleio_capi.so with the system C++ compiler.
+#                    linked to libpleio_capi.so with the system C++ compiler;
+#   capi_guard.c     the SIGBUS guard in a host that installs its own handler
+#                    first or later, or blocks SIGBUS (linked as capi_test).
 #
 #   scripts/capi_test.sh [PATH/TO/pleio]
 #
@@ -107,6 +109,9 @@ NATIVE=(-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc)
 "$CC" -std=c11 -Wall -Wextra -Werror "${SAN[@]}" -I include \
     crates/pleio-capi/tests/c/capi_test.c "$TARGET/release/libpleio_capi.a" "${NATIVE[@]}" \
     -o "$WORK/capi_test"
+"$CC" -std=c11 -Wall -Wextra -Werror "${SAN[@]}" -I include \
+    crates/pleio-capi/tests/c/capi_guard.c "$TARGET/release/libpleio_capi.a" "${NATIVE[@]}" \
+    -o "$WORK/capi_guard"
 "$CXX" -std=c++17 -Wall -Wextra -Werror "${SAN[@]}" -I include \
     crates/pleio-capi/tests/c/capi_threads.cpp -L "$TARGET/release" -lpleio_capi \
     -Wl,-rpath,"$TARGET/release" -pthread -o "$WORK/capi_threads"
@@ -117,6 +122,7 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 status=0
 "$WORK/capi_test" "$WORK" || status=1
 "$WORK/capi_threads" "$WORK" || status=1
+"$WORK/capi_guard" "$WORK" || status=1
 if [ "$status" -ne 0 ]; then
     echo "capi_test: FAILED" >&2
     exit 1

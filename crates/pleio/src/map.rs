@@ -17,10 +17,10 @@
 //! [`Mapping::map`] `unsafe` (as memmap2 does) because the hazard is the
 //! file's owner's, not the caller's, and is handled where the bytes are
 //! read: the direct strategies never touch the mapping, and the mapped
-//! ones read through the guarded copy of [`crate::sys`] once the hardening
-//! work lands (until then the contract is: the file must not shrink while
-//! it is mapped; see docs/reliability.md). Unmapping needs `&mut self`, so
-//! no slice outlives its pages.
+//! ones read rows only with [`Mapping::copy_rows`], under the `SIGBUS`
+//! guard of [`crate::sys`] (or with `pread` when a host's handler displaced
+//! it); see docs/reliability.md. Slices from [`Mapping::bytes`] are not
+//! guarded. Unmapping needs `&mut self`, so no slice outlives its pages.
 //!
 //! This module may use `unsafe` (raw views of mapped bytes); the system
 //! calls themselves live in [`crate::sys`].
@@ -84,9 +84,10 @@ pub enum CopyError {
         got: usize,
     },
     /// Reading the mapping raised `SIGBUS` (caught; see
-    /// [`crate::sys::SIGBUS_PROTECTED`]): the file no longer holds the byte
-    /// (it shrank, or was truncated and rewritten in place) or the device
-    /// failed to read it.
+    /// [`crate::sys::SIGBUS_PROTECTED`]), or reading the file instead (the
+    /// guard displaced) came short or failed: the file no longer holds the
+    /// byte (it shrank, or was truncated and rewritten in place) or the
+    /// device failed to read it.
     #[error("reading the mapped file at offset {offset} failed: {}", fault_cause(*offset, *file_len))]
     Fault {
         /// Index (in the rows given) of the row that could not be read.
@@ -358,10 +359,26 @@ impl Mapping {
     ///
     /// The one way pleio reads row bytes through a mapping: a file that
     /// shrank under it (or a device error) is [`CopyError::Fault`], not
-    /// `SIGBUS`, where [`crate::sys::SIGBUS_PROTECTED`]. On `Err`, `dst`
-    /// holds the rows before the failing one and unspecified bytes after.
+    /// `SIGBUS`, where [`crate::sys::SIGBUS_PROTECTED`]. When a host's
+    /// `SIGBUS` handler displaced pleio's, the rows are read from the file
+    /// with `pread` instead, with the same result. On `Err`, `dst` holds the
+    /// rows before the failing one and unspecified bytes after. Checks the
+    /// guard on every call (a `sigaction` query); the engine's gathers
+    /// check it once per gather.
     pub fn copy_rows(
         &self,
+        offset: u64,
+        row_bytes: u64,
+        rows: &[u64],
+        dst: &mut [u8],
+    ) -> Result<(), CopyError> {
+        self.copy_rows_in(&sys::guard::Scope::new(), offset, row_bytes, rows, dst)
+    }
+
+    /// [`Mapping::copy_rows`] within a gather's guard `scope`.
+    pub(crate) fn copy_rows_in(
+        &self,
+        scope: &sys::guard::Scope,
         offset: u64,
         row_bytes: u64,
         rows: &[u64],
@@ -392,6 +409,10 @@ impl Mapping {
             });
         };
         debug_assert!(end <= self.len as u64);
+        if let (false, Some(file)) = (scope.use_mapping(), &self.file) {
+            scope.note_fallback();
+            return self.read_rows(file, offset, row_bytes, rows, dst);
+        }
         // SAFETY: every row's bytes lie in `offset..end`, inside a retained
         // fragment, mapped read-only for as long as `self` is borrowed
         // (unmapping needs `&mut self`); `dst` holds all rows (checked);
@@ -404,6 +425,52 @@ impl Mapping {
             offset: (f.addr as u64).saturating_sub(self.ptr as u64),
             file_len: self.file_len_now(),
         })
+    }
+
+    /// The rows of [`Mapping::copy_rows_in`] read from `file` (the mapped
+    /// file) with `pread`, row by row: what the mapping would have held. A
+    /// short or failed read is the [`CopyError::Fault`] a mapped read of
+    /// that byte would have been. The rows lie inside the file's length at
+    /// map time (checked by the caller), so no offset overflows.
+    fn read_rows(
+        &self,
+        file: &File,
+        offset: u64,
+        row_bytes: u64,
+        rows: &[u64],
+        dst: &mut [u8],
+    ) -> Result<(), CopyError> {
+        use std::os::unix::fs::FileExt;
+        for (index, (&row, slot)) in rows
+            .iter()
+            .zip(dst.chunks_exact_mut(row_bytes as usize))
+            .enumerate()
+        {
+            let at = offset + row * row_bytes;
+            let mut done = 0usize;
+            while done < slot.len() {
+                match file.read_at(&mut slot[done..], at + done as u64) {
+                    Ok(0) => break,
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            if done < slot.len() {
+                return Err(CopyError::Fault {
+                    index,
+                    offset: at + done as u64,
+                    file_len: self.file_len_now(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// True if the rows can be read from the file when the `SIGBUS` guard
+    /// is displaced (a duplicate of its descriptor was kept).
+    pub(crate) fn has_file(&self) -> bool {
+        self.file.is_some()
     }
 
     /// The mapped file's length now (`fstat`), if it can be read: after a

@@ -11,6 +11,15 @@ use crate::gguf::{
 };
 use crate::map::Mapping;
 
+/// True if `a` and `b` are the same file (device and inode).
+fn same_file(a: &File, b: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (a.metadata(), b.metadata()) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
 /// One file of a model, mapped and parsed.
 #[derive(Debug)]
 pub struct Shard {
@@ -27,18 +36,22 @@ impl Shard {
             let e = std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory");
             return Err(GgufError::io(Some(path), e));
         }
-        let map = |file: &File| Mapping::map(file).map_err(|e| GgufError::io(Some(path), e));
-        // Parse through a short-lived mapping advised for random access, so
-        // reading the header does not pull a readahead window (megabytes)
-        // of the first tensor's bytes into the page cache.
-        let gguf = {
-            let probe = map(&file)?;
-            let whole = 0..probe.len() as u64;
-            let _ = probe.register_lazy(whole.clone(), &crate::sys::OsAdvisor::default());
-            GgufFile::parse(probe.bytes(0, whole.end).unwrap_or_default())
-                .map_err(|e| e.in_file(path))?
-        };
-        let mapping = map(&file)?;
+        let mapping = Mapping::map(&file).map_err(|e| GgufError::io(Some(path), e))?;
+        // The header is read, not mapped: a device error or a file cut
+        // short under it is an error, never SIGBUS. Through a descriptor
+        // of its own, advised for random reads, so reading it pulls no
+        // readahead window (megabytes) of the first tensor's bytes into the
+        // page cache, and the mapping's descriptor keeps its readahead; the
+        // mapping's own if the path now names another file.
+        let header = File::open(path)
+            .ok()
+            .filter(|h| same_file(h, &file))
+            .inspect(|h| {
+                crate::sys::random_reads(h);
+            });
+        let gguf =
+            GgufFile::read_header(header.as_ref().unwrap_or(&file)).map_err(|e| e.in_file(path))?;
+        drop(header);
         Ok(Shard {
             path: path.to_path_buf(),
             mapping,

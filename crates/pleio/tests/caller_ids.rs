@@ -128,5 +128,5 @@ fn stats_total_every_gather_of_every_clone() {
     assert_eq!(s.cold_rows, 15, "pread reads every row");
     assert!(s.read_requests >= 3 && s.read_bytes >= 15 * t.row_bytes());
     assert_eq!(s.fields()[0], ("gathers", 3));
-    assert_eq!(s.fields().len(), 12);
+    assert_eq!(s.fields().len(), 15);
 }

@@ -555,3 +555,66 @@ fn metadata_of_a_parsed_file_is_in_file_order() {
         Some(&Value::from(vec!["x".to_owned(), String::new()]))
     );
 }
+
+/// A valid file whose header is about `bytes` long (one big string array),
+/// so reading it takes several reads.
+fn file_with_header_of(bytes: usize) -> Vec<u8> {
+    let mut w = GgufWriter::new(Cursor::new(Vec::new()));
+    let words: Vec<String> = (0..bytes / 24).map(|i| format!("token-{i:08}")).collect();
+    w.add_metadata("tokenizer.ggml.tokens", words).unwrap();
+    w.add_metadata("a.u32", 7u32).unwrap();
+    w.add_tensor("t.f32", GgmlType::F32, &[3, 5]).unwrap();
+    w.add_tensor("t.q8", GgmlType::Q8_0, &[64, 2]).unwrap();
+    w.begin_data().unwrap();
+    let n: u64 = w.tensors().iter().map(|t| t.n_bytes).sum();
+    let mut data = vec![0u8; n as usize];
+    Rng::new(3).fill_bytes(&mut data);
+    w.write_tensor_data(&data).unwrap();
+    w.finish().unwrap().into_inner()
+}
+
+/// Asserts `a` and `b` parsed the same header.
+fn same_header(a: &GgufFile, b: &GgufFile) {
+    assert_eq!(a.version(), b.version());
+    assert_eq!(a.alignment(), b.alignment());
+    assert_eq!(a.data_offset(), b.data_offset());
+    assert_eq!(a.file_size(), b.file_size());
+    assert_eq!(a.metadata(), b.metadata());
+    assert_eq!(a.tensors(), b.tensors());
+}
+
+/// Reading a header from a file (pread, growing reads, no mapping) gives
+/// what parsing the whole file in memory gives: the same header, or for a
+/// file cut anywhere, the same error.
+#[test]
+fn reading_the_header_from_the_file_matches_parsing_its_bytes() {
+    // One read, and headers of several reads (64 KiB, then 256 KiB, 1 MiB).
+    for bytes in [
+        valid_file(),
+        file_with_header_of(100 << 10),
+        file_with_header_of(900 << 10),
+    ] {
+        let mut file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut file, &bytes).unwrap();
+        let read = GgufFile::read_header(&file).unwrap();
+        same_header(&read, &GgufFile::parse(&bytes).unwrap());
+        let data_offset = read.data_offset() as usize;
+        let mut rng = Rng::new(bytes.len() as u64);
+        let mut cuts: Vec<usize> = (0..40)
+            .map(|_| rng.below(bytes.len() as u64) as usize)
+            .collect();
+        cuts.extend([0, 3, 4, 24, data_offset - 1, data_offset, bytes.len() - 1]);
+        for cut in cuts {
+            std::os::unix::fs::FileExt::write_all_at(&file, &bytes, 0).unwrap();
+            file.set_len(cut as u64).unwrap();
+            let want = GgufFile::parse(&bytes[..cut]).map(|_| ());
+            let got = GgufFile::read_header(&file).map(|_| ());
+            assert_eq!(
+                got.map_err(|e| e.to_string()),
+                want.map_err(|e| e.to_string()),
+                "cut at {cut} of {}",
+                bytes.len()
+            );
+        }
+    }
+}

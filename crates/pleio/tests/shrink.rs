@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use fetch_fixture::{bits, Fixture, Rng};
 use pleio::fetch::GatherError;
+use pleio::fetch::SigbusGuard;
 use pleio::{sys, Error, ErrorKind, Strategy, Table};
 use pleio_testkit::{skip, skip_case};
 
@@ -293,5 +294,369 @@ fn a_sigbus_outside_pleio_still_kills() {
         "{:?}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// Runs the test `name` again in a child process (with [`CHILD`] set),
+/// where `child` runs and the child then exits 0; in the parent, asserts
+/// the child exited 0, not by a signal. For tests that change the
+/// process's signal handling, or that kill the process when they fail.
+fn in_child(name: &str, child: impl FnOnce()) {
+    if std::env::var_os(CHILD).is_some() {
+        child();
+        std::process::exit(0);
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{name}: the child process ended with {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// [`in_child`] where the guard exists; skipped elsewhere.
+fn in_guarded_child(name: &str, child: impl FnOnce()) {
+    if !sys::SIGBUS_PROTECTED {
+        eprintln!("skipped: no SIGBUS guard on this target");
+        return;
+    }
+    in_child(name, child);
+}
+
+/// The strategies that read through the mapping.
+const MAPPED: [Strategy; 3] = [Strategy::Fault, Strategy::Advise, Strategy::Auto];
+
+/// Asserts that gathering `rows` with every mapped strategy fails with the
+/// error of a shrunk file and leaves `out` untouched.
+fn mapped_gathers_fail(fx: &Fixture, reader: &Table, rows: &[u64], out: &mut [f32]) {
+    for s in MAPPED {
+        out.fill(UNTOUCHED);
+        let e = reader.gather_with(s, rows, out).unwrap_err();
+        check_error(fx, s, &e, true);
+        assert!(out.iter().all(|&x| x == UNTOUCHED), "{s}");
+    }
+}
+
+/// Installs `handler` (`SA_SIGINFO`) for `SIGBUS`, as a host does.
+fn host_handler(handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)) {
+    // SAFETY: installs a handler that only touches atomics and calls
+    // async-signal-safe functions; the struct is plain data we own.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = handler as usize;
+        act.sa_flags = libc::SA_SIGINFO;
+        libc::sigemptyset(&mut act.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGBUS, &act, std::ptr::null_mut()), 0);
+    }
+}
+
+/// Sets `SIGBUS`'s disposition to `SIG_DFL` (what CPython's
+/// `faulthandler.disable()` does when it was enabled first).
+fn host_default() {
+    // SAFETY: as above, with the default disposition.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut act.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGBUS, &act, std::ptr::null_mut()), 0);
+    }
+}
+
+/// Sends `SIGBUS` to a thread of this process as `kill` would (`tgkill`,
+/// `si_code` `SI_TKILL`, no fault address).
+fn send_sigbus(thread: libc::pthread_t) {
+    // SAFETY: the thread is alive (its join handle is held).
+    assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGBUS) }, 0);
+}
+
+/// `SIGBUS`es a host handler received.
+static HOST_SIGNALS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn counting_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    HOST_SIGNALS.fetch_add(1, Ordering::SeqCst);
+}
+
+extern "C" fn dying_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    let msg = b"the host's SIGBUS handler ran\n";
+    // SAFETY: write and _exit are async-signal-safe.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::_exit(42);
+    }
+}
+
+/// A `SIGBUS` sent with `kill` while a thread copies rows out of the
+/// mapping is not a fault of the copy: the gather succeeds with the right
+/// rows and the signal reaches the host's handler, every time.
+#[test]
+fn a_sigbus_sent_with_kill_is_not_a_fault() {
+    in_guarded_child("a_sigbus_sent_with_kill_is_not_a_fault", || {
+        host_handler(counting_handler);
+        let fx = Fixture::qwen(20_000, 8);
+        let reader = fx.reader();
+        let rows: Vec<u64> = (0..fx.table.rows()).collect();
+        let want = bits(&fx.reference(&rows));
+        let stop = AtomicU64::new(0);
+        let gathers = AtomicU64::new(0);
+        let thread = AtomicU64::new(0);
+        let sent = std::thread::scope(|sc| {
+            let worker = sc.spawn(|| {
+                // SAFETY: pthread_self has no preconditions.
+                thread.store(unsafe { libc::pthread_self() } as u64, Ordering::Release);
+                let mut out = vec![0f32; rows.len() * reader.row_elems()];
+                while stop.load(Ordering::Acquire) == 0 {
+                    reader
+                        .gather_with(Strategy::Fault, &rows, &mut out)
+                        .expect("a signal sent with kill failed the gather");
+                    assert_eq!(bits(&out), want);
+                    gathers.fetch_add(1, Ordering::Release);
+                }
+            });
+            while gathers.load(Ordering::Acquire) == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let mut rng = Rng::new(12);
+            // One at a time (a signal sent while the same one is pending
+            // is merged with it), each once the previous one arrived.
+            let mut sent = 0;
+            while sent < 400 && !worker.is_finished() {
+                send_sigbus(thread.load(Ordering::Acquire) as libc::pthread_t);
+                sent += 1;
+                let t0 = Instant::now();
+                while HOST_SIGNALS.load(Ordering::SeqCst) < sent && !worker.is_finished() {
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(20),
+                        "signal {sent} never reached the host's handler"
+                    );
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                std::thread::sleep(Duration::from_micros(rng.below(400)));
+            }
+            stop.store(1, Ordering::Release);
+            worker.join().map_err(std::panic::resume_unwind).unwrap();
+            sent
+        });
+        // Every signal reached the host.
+        assert_eq!(HOST_SIGNALS.load(Ordering::SeqCst), sent);
+        // The host's handler, installed first, never sees pleio's own fault.
+        shrink(&fx, fx.table.offset());
+        let mut out = vec![0f32; reader.row_elems()];
+        let last = [fx.table.rows() - 1];
+        let e = reader
+            .gather_with(Strategy::Fault, &last, &mut out)
+            .unwrap_err();
+        check_error(&fx, Strategy::Fault, &e, true);
+        assert_eq!(HOST_SIGNALS.load(Ordering::SeqCst), sent);
+        assert_eq!(reader.sigbus_guard(), SigbusGuard::Active);
+        println!(
+            "{sent} signals, {} gathers",
+            gathers.load(Ordering::Relaxed)
+        );
+    });
+}
+
+/// A host that puts the default disposition back after pleio installed its
+/// handler (CPython's `faulthandler.disable()` when faulthandler was
+/// enabled first): a shrunk file is still an error, not a dead process.
+#[test]
+fn a_default_disposition_restored_by_the_host_is_guarded_again() {
+    in_guarded_child(
+        "a_default_disposition_restored_by_the_host_is_guarded_again",
+        || {
+            let fx = Fixture::qwen(3000, 9);
+            let reader = fx.reader();
+            let n = fx.table.rows();
+            let mut out = vec![0f32; reader.row_elems()];
+            reader
+                .gather_with(Strategy::Fault, &[n - 1], &mut out)
+                .unwrap();
+            host_default();
+            // The next gather finds the default and installs the handler
+            // again (chaining to the default now), reading the mapping.
+            let st = reader
+                .gather_with(Strategy::Fault, &[n - 1], &mut out)
+                .unwrap();
+            assert_eq!(
+                (st.guard_displaced, st.guard_reinstalled, st.guard_fallbacks),
+                (1, 1, 0)
+            );
+            assert_eq!(reader.sigbus_guard(), SigbusGuard::Active);
+            let st = reader
+                .gather_with(Strategy::Fault, &[n - 1], &mut out)
+                .unwrap();
+            assert_eq!(st.guard_displaced, 0);
+            // The same through the host's other door: the status query.
+            host_default();
+            assert_eq!(reader.sigbus_guard(), SigbusGuard::Active);
+            shrink(&fx, fx.table.offset());
+            mapped_gathers_fail(&fx, &reader, &[n - 1], &mut out);
+        },
+    );
+}
+
+/// A handler the host installs after pleio's (`faulthandler.enable()`
+/// after import, a C host's own) is not overridden and never sees pleio's
+/// faults: a shrunk file is still an error.
+#[test]
+fn a_handler_installed_later_never_sees_a_fault_of_pleio() {
+    in_guarded_child(
+        "a_handler_installed_later_never_sees_a_fault_of_pleio",
+        || {
+            let fx = Fixture::qwen(3000, 10);
+            let reader = fx.reader();
+            let n = fx.table.rows();
+            let rows = [0, n - 1, 17];
+            let want = bits(&fx.reference(&rows));
+            let mut out = vec![0f32; rows.len() * reader.row_elems()];
+            reader
+                .gather_with(Strategy::Fault, &rows, &mut out)
+                .unwrap();
+            host_handler(dying_handler);
+            assert_eq!(reader.sigbus_guard(), SigbusGuard::Displaced);
+            assert!(reader.sigbus_guard().is_protected());
+            for s in MAPPED {
+                out.fill(UNTOUCHED);
+                let st = reader.gather_with(s, &rows, &mut out).unwrap();
+                assert_eq!(bits(&out), want, "{s}");
+                assert_eq!(
+                    (st.guard_displaced, st.guard_reinstalled, st.guard_fallbacks),
+                    (1, 0, 1),
+                    "{s}"
+                );
+            }
+            let totals = reader.stats();
+            assert_eq!((totals.guard_displaced, totals.guard_fallbacks), (3, 3));
+            // The direct strategies never read the mapping: nothing to check.
+            let st = reader
+                .gather_with(Strategy::Pread, &rows, &mut out)
+                .unwrap();
+            assert_eq!((st.guard_displaced, st.guard_fallbacks), (0, 0));
+            shrink(&fx, fx.table.offset());
+            mapped_gathers_fail(&fx, &reader, &rows, &mut out);
+        },
+    );
+}
+
+/// A gathering thread that blocks `SIGBUS` keeps the guard (a blocked
+/// `SIGBUS` from a fault would kill the process), and gets its mask back.
+#[test]
+fn a_thread_blocking_sigbus_keeps_the_guard() {
+    in_guarded_child("a_thread_blocking_sigbus_keeps_the_guard", || {
+        // The host's handler, there before pleio's.
+        host_handler(counting_handler);
+        let fx = Fixture::qwen(3000, 11);
+        let whole = contents(&fx);
+        let reader = fx.reader();
+        let n = fx.table.rows();
+        // SAFETY: plain signal-set calls on a set we own.
+        let blocked = || unsafe {
+            let mut now: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut now);
+            libc::sigismember(&now, libc::SIGBUS) == 1
+        };
+        // SAFETY: as above.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGBUS);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
+        assert!(blocked());
+        let mut out = vec![0f32; reader.row_elems()];
+        reader
+            .gather_with(Strategy::Fault, &[n - 1], &mut out)
+            .unwrap();
+        shrink(&fx, fx.table.offset());
+        for s in MAPPED {
+            let e = reader.gather_with(s, &[n - 1], &mut out).unwrap_err();
+            check_error(&fx, s, &e, true);
+            assert!(blocked(), "{s}: SIGBUS no longer blocked");
+        }
+        // With a SIGBUS pending (blocked, the host's to take), unblocking
+        // would deliver it: the gather reads the file instead and leaves it
+        // pending.
+        restore(&fx, &whole);
+        // SAFETY: pthread_self has no preconditions.
+        send_sigbus(unsafe { libc::pthread_self() });
+        // SAFETY: a pending-set query into a set we own.
+        let pending = || unsafe {
+            let mut p: libc::sigset_t = std::mem::zeroed();
+            libc::sigpending(&mut p);
+            libc::sigismember(&p, libc::SIGBUS) == 1
+        };
+        assert!(pending());
+        let st = reader
+            .gather_with(Strategy::Fault, &[n - 1], &mut out)
+            .unwrap();
+        assert_eq!(bits(&out), bits(&fx.reference(&[n - 1])));
+        assert_eq!((st.guard_displaced, st.guard_fallbacks), (0, 1));
+        shrink(&fx, fx.table.offset());
+        let e = reader
+            .gather_with(Strategy::Fault, &[n - 1], &mut out)
+            .unwrap_err();
+        check_error(&fx, Strategy::Fault, &e, true);
+        assert!(pending() && blocked());
+        assert_eq!(HOST_SIGNALS.load(Ordering::SeqCst), 0);
+    });
+}
+
+/// A GGUF file whose header is cut while it is being parsed (as a device
+/// error in a header page would fail it): opening is an error or succeeds,
+/// it never dies by `SIGBUS` (the header is read, not mapped).
+#[test]
+fn a_gguf_header_cut_while_it_is_parsed_is_an_error_not_a_signal() {
+    in_child(
+        "a_gguf_header_cut_while_it_is_parsed_is_an_error_not_a_signal",
+        || {
+            let file = tempfile::NamedTempFile::new().unwrap();
+            // A 16 MiB header (as a large vocabulary makes): parsing it
+            // takes long enough for the cuts below to land inside.
+            let mut w = pleio::gguf::GgufWriter::create(file.path()).unwrap();
+            w.add_metadata("big.bytes", vec![7u8; 16 << 20]).unwrap();
+            w.add_tensor("t", pleio::quant::GgmlType::F32, &[16])
+                .unwrap();
+            w.begin_data().unwrap();
+            w.write_tensor_data(&[0u8; 64]).unwrap();
+            w.finish().unwrap();
+            let whole = std::fs::read(file.path()).unwrap();
+            let stop = AtomicU64::new(0);
+            let (mut ok, mut failed) = (0, 0);
+            std::thread::scope(|sc| {
+                sc.spawn(|| {
+                    let f = file.as_file();
+                    let mut rng = Rng::new(5);
+                    while stop.load(Ordering::Acquire) == 0 {
+                        f.set_len(4096).unwrap();
+                        std::thread::sleep(Duration::from_micros(rng.below(2000)));
+                        f.write_all_at(&whole, 0).unwrap();
+                        std::thread::sleep(Duration::from_micros(rng.below(4000)));
+                    }
+                });
+                for _ in 0..60 {
+                    match pleio::model::Model::open(file.path()) {
+                        Ok(m) => {
+                            assert_eq!(m.tensors().len(), 1);
+                            ok += 1;
+                        }
+                        Err(e) => {
+                            let text = e.to_string();
+                            assert!(text.contains(&file.path().display().to_string()), "{text}");
+                            failed += 1;
+                        }
+                    }
+                }
+                stop.store(1, Ordering::Release);
+            });
+            println!("{ok} opens succeeded, {failed} failed");
+            // Whole again (the cutter stops after a restore): it opens.
+            let m = pleio::model::Model::open(file.path()).unwrap();
+            assert_eq!(m.metadata().get("big.bytes").map(|_| ()), Some(()));
+        },
     );
 }

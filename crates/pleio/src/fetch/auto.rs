@@ -48,6 +48,7 @@ use super::known_pages::Residency;
 use super::{with_staged, GatherError, GatherStats, Staged, Table};
 use crate::output::Out;
 use crate::tuning::TUNING;
+use crate::sys::guard::Scope;
 
 /// Rows decoded between two clock reads on the warm path
 /// ([`Tuning::window_rows`](crate::tuning::Tuning::window_rows)).
@@ -99,16 +100,17 @@ impl Table {
         rows: &[u64],
         out: &mut Out<'_>,
         stats: &mut GatherStats,
+        guard: &Scope,
     ) -> Result<(), GatherError> {
         if !self.wholly_mapped() {
             // Table not mapped whole (unmapped fragments, or no mapping):
             // read everything; without a file, let the mapped path decide.
             return match self.gather_direct(Kind::Uring, rows, out, stats) {
-                Err(GatherError::NoFile { .. }) => self.gather_mapped(rows, out),
+                Err(GatherError::NoFile { .. }) => self.gather_mapped(rows, out, guard),
                 r => r,
             };
         }
-        with_staged(|st| self.auto_staged(rows, out, stats, st))
+        with_staged(|st| self.auto_staged(rows, out, stats, st, guard))
     }
 
     /// `auto` over a wholly mapped table: rows believed resident are copied
@@ -123,6 +125,7 @@ impl Table {
         out: &mut Out<'_>,
         stats: &mut GatherStats,
         st: &mut Staged,
+        guard: &Scope,
     ) -> Result<(), GatherError> {
         let rb = self.shared.table.row_bytes() as usize;
         let res = self.residency();
@@ -131,7 +134,7 @@ impl Table {
         // Appends `ids` (request indices `slots`) to the staging.
         let stage = |st: &mut Staged, ids: &[u64], slots: &[usize]| {
             let at = st.slots.len() * rb;
-            self.copy_mapped(ids, &mut st.bytes[at..at + ids.len() * rb])?;
+            self.copy_mapped(guard, ids, &mut st.bytes[at..at + ids.len() * rb])?;
             st.slots.extend_from_slice(slots);
             Ok::<(), GatherError>(())
         };
@@ -150,7 +153,7 @@ impl Table {
             if window.iter().all(|&r| res.is_resident(r)) {
                 // The warm case: the window as it is.
                 let at = st.slots.len() * rb;
-                self.copy_mapped(window, &mut st.bytes[at..at + window.len() * rb])?;
+                self.copy_mapped(guard, window, &mut st.bytes[at..at + window.len() * rb])?;
                 st.slots.extend(i..end);
             } else {
                 sequential = false;

@@ -28,6 +28,7 @@ mod known_pages;
 mod totals;
 mod warm;
 
+pub use crate::sys::guard::SigbusGuard;
 pub use cached::DEFAULT_BUDGET;
 pub use totals::GatherTotals;
 pub use warm::{rank_by_frequency, WarmReport};
@@ -292,6 +293,15 @@ pub struct GatherStats {
     pub cache_evictions: u64,
     /// `cached` only: bytes of rows in the cache after the gather.
     pub cache_bytes: Option<u64>,
+    /// 1 if the gather found pleio's `SIGBUS` handler displaced by the
+    /// host's (see [`Table::sigbus_guard`]; 0 if it read no mapping).
+    pub guard_displaced: u64,
+    /// 1 if it then installed the handler again (the host had restored the
+    /// default disposition).
+    pub guard_reinstalled: u64,
+    /// 1 if it read mapped rows with `pread` instead (another handler had
+    /// displaced pleio's, or the thread had a `SIGBUS` pending and blocked).
+    pub guard_fallbacks: u64,
 }
 
 impl GatherStats {
@@ -321,6 +331,9 @@ impl GatherStats {
         self.cache_misses += o.cache_misses;
         self.cache_evictions += o.cache_evictions;
         self.cache_bytes = o.cache_bytes.or(self.cache_bytes);
+        self.guard_displaced += o.guard_displaced;
+        self.guard_reinstalled += o.guard_reinstalled;
+        self.guard_fallbacks += o.guard_fallbacks;
     }
 }
 
@@ -882,6 +895,29 @@ impl Table {
         self.mapping_of(self.shared.table.shard())
     }
 
+    /// Whether a file of this table that shrinks or fails under it is an
+    /// error for every strategy, now, rather than a `SIGBUS` that kills the
+    /// process: [`SigbusGuard::Active`] when pleio's handler is in place
+    /// (this installs it on first use, and again if the host restored the
+    /// default disposition); [`SigbusGuard::Displaced`] when a handler the
+    /// host installed later replaced it (the mapped strategies then read
+    /// with `pread`: as safe, slower; counted in
+    /// [`GatherStats::guard_fallbacks`]); [`SigbusGuard::Unprotected`] on a
+    /// target without the guard. Costs a `sigaction` query.
+    /// Details: docs/reliability.md.
+    pub fn sigbus_guard(&self) -> SigbusGuard {
+        match sys::guard::state() {
+            SigbusGuard::Displaced
+                if (0..)
+                    .map_while(|f| self.mapping_of(f))
+                    .any(|m| !m.has_file()) =>
+            {
+                SigbusGuard::Unprotected
+            }
+            s => s,
+        }
+    }
+
     /// The mapping of file `file` of the table (see
     /// [`crate::layout::ShardPart::file`]).
     pub fn mapping_of(&self, file: usize) -> Option<&Mapping> {
@@ -985,9 +1021,11 @@ impl Table {
             _ => {}
         }
         let out = &mut out;
+        // Checks the SIGBUS guard once, when a mapping is first read.
+        let guard = sys::guard::Scope::new();
         match strategy {
-            Strategy::Fault | Strategy::Advise => self.gather_mapped(rows, out)?,
-            Strategy::Auto => self.gather_auto(rows, out, &mut stats)?,
+            Strategy::Fault | Strategy::Advise => self.gather_mapped(rows, out, &guard)?,
+            Strategy::Auto => self.gather_auto(rows, out, &mut stats, &guard)?,
             Strategy::Pread => self.gather_direct(direct::Kind::Pread, rows, out, &mut stats)?,
             Strategy::Uring => self.gather_direct(direct::Kind::Uring, rows, out, &mut stats)?,
             Strategy::UringDirect => {
@@ -996,6 +1034,10 @@ impl Table {
             Strategy::Pool => self.gather_direct(direct::Kind::Pool, rows, out, &mut stats)?,
             Strategy::Cached => self.gather_cached(rows, out, &mut stats)?,
         }
+        let events = guard.events();
+        stats.guard_displaced = u64::from(events.displaced);
+        stats.guard_reinstalled = u64::from(events.reinstalled);
+        stats.guard_fallbacks = u64::from(events.fell_back);
         if let Some(before) = faults_before {
             stats.major_faults = sys::thread_major_faults().map(|now| now.saturating_sub(before));
         }
@@ -1099,8 +1141,13 @@ impl Table {
     /// Copies `rows` (all inside the table) out of the mappings into `dst`,
     /// one after another, each row's parts concatenated. A fault is an
     /// error naming the file, the row and the offset; rows outside the
-    /// mapping are `OutsideFile` or `Unmapped`.
-    fn copy_mapped(&self, rows: &[u64], dst: &mut [u8]) -> Result<(), GatherError> {
+    /// mapping are `OutsideFile` or `Unmapped`. `guard`: the gather's.
+    fn copy_mapped(
+        &self,
+        guard: &sys::guard::Scope,
+        rows: &[u64],
+        dst: &mut [u8],
+    ) -> Result<(), GatherError> {
         let t = &self.shared.table;
         let rb = t.row_bytes();
         let fault = |file: usize, rows: &[u64], len: u64, e: CopyError| match e {
@@ -1129,7 +1176,7 @@ impl Table {
                     .map_or(r.range.start, |&row| r.range.start + row * rb);
                 return Err(GatherError::OutsideFile { offset, len: rb });
             };
-            match m.copy_rows(r.range.start, rb, rows, dst) {
+            match m.copy_rows_in(guard, r.range.start, rb, rows, dst) {
                 // Usual case: the whole table is mapped, one check for all rows.
                 Err(CopyError::NotMapped { .. }) => {}
                 res => return res.map_err(|e| fault(r.file, rows, rb, e)),
@@ -1150,7 +1197,7 @@ impl Table {
                 let Some(m) = self.mapping_of(e.file) else {
                     return Err(GatherError::OutsideFile { offset, len });
                 };
-                match m.copy_rows(offset, len, &[0], part) {
+                match m.copy_rows_in(guard, offset, len, &[0], part) {
                     Ok(()) => {}
                     Err(CopyError::NotMapped { .. }) => {
                         let inside = offset.checked_add(len).is_some_and(|e| e <= m.len() as u64);
@@ -1197,10 +1244,15 @@ impl Table {
     /// then written to `out`, which is touched only once every row was
     /// read. Never reads outside the retained fragments: such a row is an
     /// error.
-    fn gather_mapped(&self, rows: &[u64], out: &mut Out<'_>) -> Result<(), GatherError> {
+    fn gather_mapped(
+        &self,
+        rows: &[u64],
+        out: &mut Out<'_>,
+        guard: &sys::guard::Scope,
+    ) -> Result<(), GatherError> {
         with_staged(|s| {
             let need = self.stage_rows(&mut s.bytes, rows.len(), rows.len(), out)?;
-            self.copy_mapped(rows, &mut s.bytes[..need])?;
+            self.copy_mapped(guard, rows, &mut s.bytes[..need])?;
             self.put_staged(&s.bytes[..need], None, out)
         })
     }

@@ -34,11 +34,18 @@ pub struct GatherTotals {
     pub fallbacks: u64,
     /// `auto` gathers that found pages evicted behind its back.
     pub rearms: u64,
+    /// Gathers that found pleio's `SIGBUS` handler displaced by the host's.
+    pub guard_displaced: u64,
+    /// Gathers that installed it again (over a restored default).
+    pub guard_reinstalled: u64,
+    /// Gathers that read mapped rows with `pread` instead (the handler
+    /// displaced by another one).
+    pub guard_fallbacks: u64,
 }
 
 impl GatherTotals {
     /// Every total with its name, for reports and bindings.
-    pub fn fields(&self) -> [(&'static str, u64); 12] {
+    pub fn fields(&self) -> [(&'static str, u64); 15] {
         [
             ("gathers", self.gathers),
             ("rows", self.rows),
@@ -52,13 +59,16 @@ impl GatherTotals {
             ("advice_failures", self.advice_failures),
             ("fallbacks", self.fallbacks),
             ("rearms", self.rearms),
+            ("guard_displaced", self.guard_displaced),
+            ("guard_reinstalled", self.guard_reinstalled),
+            ("guard_fallbacks", self.guard_fallbacks),
         ]
     }
 }
 
 /// The shared counters behind [`GatherTotals`].
 #[derive(Debug, Default)]
-pub(crate) struct Totals([AtomicU64; 12]);
+pub(crate) struct Totals([AtomicU64; 15]);
 
 impl Totals {
     /// Adds one gather. Zero fields are skipped: a warm gather costs two
@@ -77,6 +87,9 @@ impl Totals {
             s.advice_failures,
             u64::from(s.fallback),
             u64::from(s.rearmed),
+            s.guard_displaced,
+            s.guard_reinstalled,
+            s.guard_fallbacks,
         ];
         for (c, v) in self.0.iter().zip(values) {
             if v != 0 {
@@ -101,6 +114,9 @@ impl Totals {
             advice_failures: v(9),
             fallbacks: v(10),
             rearms: v(11),
+            guard_displaced: v(12),
+            guard_reinstalled: v(13),
+            guard_fallbacks: v(14),
         }
     }
 }

@@ -5,8 +5,10 @@
 //! the tensor infos, padding to `general.alignment` (default 32), then the
 //! data section. A tensor's offset is relative to the data section.
 //!
-//! [`GgufFile::parse`] reads a whole file held in memory (usually a
-//! [`Mapping`](crate::map::Mapping)) without copying tensor data. Every
+//! [`GgufFile::parse`] reads a whole file held in memory without copying
+//! tensor data; [`GgufFile::read_header`] reads only the header from a file
+//! with `pread` (what [`crate::model::Model`] does: never through a
+//! mapping, so a device error there is an error, not `SIGBUS`). Every
 //! count and length is checked against the bytes that remain *before*
 //! anything is allocated: an array of `n` elements whose smallest encoding
 //! is `s` bytes is refused unless `n * s` bytes remain, and collections whose

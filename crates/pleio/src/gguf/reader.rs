@@ -1,6 +1,8 @@
-//! The GGUF parser: one checked cursor over the file bytes.
+//! The GGUF parser: one checked cursor over the file bytes, or over a
+//! prefix of them read with `pread` ([`GgufFile::read_header`]).
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::ops::Range;
 
 use super::tensor::check_disjoint;
@@ -28,10 +30,20 @@ fn prealloc(n: u64) -> usize {
 /// What is being read, for error messages; only formatted on failure.
 type What<'w> = &'w dyn Fn() -> String;
 
-/// A position in the file bytes with bounds-checked reads.
+/// Header bytes read first by [`GgufFile::read_header`]; it reads this
+/// many times more whenever the parse runs past them.
+const FIRST_READ: u64 = 64 << 10;
+const GROWTH: u64 = 4;
+
+/// A position in the file bytes with bounds-checked reads. `buf` holds the
+/// file's first bytes: all of them, or a prefix of a file of `file_size`.
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
+    file_size: u64,
+    /// Set when a read ran past `buf` but not past the file: the prefix
+    /// must reach this offset (the error returned then is not the file's).
+    wants: Option<u64>,
 }
 
 impl<'a> Cursor<'a> {
@@ -39,14 +51,20 @@ impl<'a> Cursor<'a> {
         self.pos as u64
     }
 
+    /// Bytes left in the file.
     fn remaining(&self) -> u64 {
-        (self.buf.len() - self.pos) as u64
+        self.file_size - self.pos as u64
     }
 
     /// The next `n` bytes, or [`GgufError::Truncated`].
     fn take(&mut self, n: u64, what: What<'_>) -> Result<&'a [u8], GgufError> {
         let available = self.remaining();
-        if n > available {
+        let in_buf = (self.buf.len() - self.pos) as u64;
+        if n > available || n > in_buf {
+            if n <= available {
+                // `pos + n <= file_size`: no overflow.
+                self.wants = Some(self.pos as u64 + n);
+            }
             return Err(GgufError::Truncated {
                 offset: self.offset(),
                 what: what(),
@@ -54,7 +72,7 @@ impl<'a> Cursor<'a> {
                 available,
             });
         }
-        // `n <= remaining`, so it fits `usize` and the slice is in bounds.
+        // `n <= in_buf`, so it fits `usize` and the slice is in bounds.
         let (start, end) = (self.pos, self.pos + n as usize);
         self.pos = end;
         Ok(&self.buf[start..end])
@@ -242,7 +260,56 @@ impl GgufFile {
     /// non-overflowing sizes, an aligned offset, bytes inside `bytes`, a
     /// unique name and no overlap with another tensor; keys are unique.
     pub fn parse(bytes: &[u8]) -> Result<GgufFile, GgufError> {
-        let mut c = Cursor { buf: bytes, pos: 0 };
+        let mut c = Cursor {
+            buf: bytes,
+            pos: 0,
+            file_size: bytes.len() as u64,
+            wants: None,
+        };
+        Self::parse_with(&mut c)
+    }
+
+    /// Reads and parses the header of `file` with positioned reads (`pread`),
+    /// never through a mapping: a device error or a file cut short while it
+    /// is read is an error, not `SIGBUS`. Reads the first 64 KiB, and four
+    /// times more whenever the header runs past what was read, up to the
+    /// file's length; the tensor data is never read. Checks as
+    /// [`GgufFile::parse`] does, against the file's length. Errors do not
+    /// name the file (see [`GgufError::in_file`]).
+    pub fn read_header(file: &File) -> Result<GgufFile, GgufError> {
+        let io = |e| GgufError::io(None, e);
+        let mut file_size = file.metadata().map_err(io)?.len();
+        let mut buf: Vec<u8> = Vec::new();
+        let mut want = FIRST_READ.min(file_size);
+        loop {
+            let have = buf.len();
+            // `want <= file_size`, the length of a file on this machine,
+            // and not more than what the parse asked to hold: allocatable
+            // as the parsed values are.
+            buf.resize(usize::try_from(want).map_err(|_| io(too_large()))?, 0);
+            let got = read_at_most(file, &mut buf[have..], have as u64).map_err(io)?;
+            if have + got < buf.len() {
+                // The file is shorter than it was: parse what it holds.
+                buf.truncate(have + got);
+                file_size = buf.len() as u64;
+            }
+            let mut c = Cursor {
+                buf: &buf,
+                pos: 0,
+                file_size,
+                wants: None,
+            };
+            match Self::parse_with(&mut c) {
+                Err(_) if c.wants.is_some() => {
+                    let wants = c.wants.unwrap_or(file_size);
+                    want = wants.max(want.saturating_mul(GROWTH)).min(file_size);
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn parse_with(c: &mut Cursor<'_>) -> Result<GgufFile, GgufError> {
         let magic = c.take(4, &|| "magic".to_owned())?;
         if magic != MAGIC {
             let mut found = [0; 4];
@@ -279,7 +346,7 @@ impl GgufFile {
             tensors.push(c.tensor_info(i)?);
         }
         let data_offset = align_up(c.offset(), alignment).unwrap_or(u64::MAX);
-        let file_size = bytes.len() as u64;
+        let file_size = c.file_size;
         for t in &tensors {
             if t.offset % alignment != 0 {
                 return Err(GgufError::MisalignedTensor {
@@ -364,4 +431,27 @@ impl GgufFile {
         let r = self.tensor_range(t);
         bytes.get(usize::try_from(r.start).ok()?..usize::try_from(r.end).ok()?)
     }
+}
+
+/// Reads into `buf` from `offset` until it is full or the file ends;
+/// returns the bytes read.
+fn read_at_most(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+fn too_large() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        "header too large for memory",
+    )
 }

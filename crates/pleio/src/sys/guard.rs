@@ -4,15 +4,52 @@
 //! shrunk, or rewritten in place with `O_TRUNC`), or a page the device
 //! cannot read (an I/O error), raises `SIGBUS`, whose default action kills
 //! the process. pleio copies row bytes out of its mappings with one small
-//! assembly routine, [`copy_rows`], and installs (once, on first use) a
-//! `SIGBUS` handler that recognizes a fault inside that routine by the
-//! faulting instruction's address: it sets the routine's return registers
-//! (rows copied so far, faulting address) and resumes at the routine's
-//! exit. The routine then returns an error instead of the process dying.
-//! Nothing unwinds through foreign frames and no state is shared: the saved
-//! instruction pointer alone decides, so it is exact for any number of
-//! threads. A `SIGBUS` anywhere else goes to the handler that was installed
-//! before pleio's (Rust's own, whose default is to die as before).
+//! assembly routine, [`copy_rows`], and installs (on first use) a `SIGBUS`
+//! handler that turns a fault of that routine into an error: it sets the
+//! routine's return registers (rows copied so far, faulting address) and
+//! resumes at the routine's exit. Nothing unwinds through foreign frames and
+//! no state is shared, so it is exact for any number of threads.
+//!
+//! # What counts as pleio's fault
+//!
+//! All three must hold, read from the signal alone:
+//! - the kernel raised it (`si_code > 0`, e.g. `BUS_ADRERR` or
+//!   `BUS_OBJERR`): a `SIGBUS` sent with `kill`, `tgkill` or `sigqueue`
+//!   (`si_code <= 0`) never is, even while a thread copies;
+//! - the interrupted instruction is one of the routine's row loads (not the
+//!   load of the row index, not code elsewhere);
+//! - the faulting address lies inside the row being copied, computed from
+//!   the routine's registers (a store into a caller's mapped destination,
+//!   or a fault in the row-index array, is not).
+//!
+//! Anything else goes to the disposition that was in place before pleio's
+//! handler, as the kernel would have delivered it: a handler is called (with
+//! its `sa_mask` blocked, `SA_NODEFER` and `SA_RESETHAND` honoured);
+//! `SIG_IGN` ignores a sent signal; `SIG_DFL` (and `SIG_IGN` for a real
+//! fault, which the kernel never lets a process ignore) restores the default
+//! and lets the signal kill the process, re-raised if it was sent, re-raised
+//! by the faulting instruction otherwise.
+//!
+//! # A host that changes the handler
+//!
+//! Every gather that reads through a mapping opens a [`Scope`], which checks
+//! once (one `sigaction` query) that pleio's handler is still the one
+//! installed:
+//! - displaced by `SIG_DFL` or `SIG_IGN` (a host restored the default:
+//!   CPython's `faulthandler.disable()` does when faulthandler was enabled
+//!   first), the handler is installed again, now chaining to that default;
+//! - displaced by another handler (one installed after pleio's, e.g.
+//!   `faulthandler.enable()` after import, or a C host's own), it is left
+//!   alone: that handler may chain back to pleio's, and installing over it
+//!   could make the two call each other forever. The gather then reads the
+//!   rows with `pread` instead of the mapping (see [`Scope::use_mapping`]),
+//!   which fails with an error the same way and raises no signal.
+//!
+//! The scope also unblocks `SIGBUS` in the gathering thread for the copy if
+//! the thread blocked it (a fault with `SIGBUS` blocked kills the process
+//! whatever the handler), and blocks it again when the scope ends; with a
+//! `SIGBUS` already pending the copy reads with `pread` instead, so the
+//! pending signal stays where the host put it. [`state`] is the answer now.
 //!
 //! The routine copies with 32-byte AVX moves (16-byte SSE2 moves on a CPU
 //! without AVX), so a 90-byte row costs three loads and stores; the caller
@@ -21,6 +58,8 @@
 //!
 //! Available on Linux x86_64 ([`PROTECTED`]). Elsewhere [`copy_rows`] is a
 //! plain copy and a shrinking file still raises `SIGBUS`.
+
+use std::cell::Cell;
 
 /// True where [`copy_rows`] survives `SIGBUS` (Linux x86_64).
 pub const PROTECTED: bool = imp::PROTECTED;
@@ -34,10 +73,115 @@ pub struct CopyFault {
     pub addr: usize,
 }
 
+/// Whether a read through pleio's mappings survives `SIGBUS` now (see
+/// [`crate::Table::sigbus_guard`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SigbusGuard {
+    /// pleio's handler is installed (again, if a host had restored the
+    /// default): mapped strategies copy from the mapping, and a file that
+    /// shrank or failed under it is an error.
+    Active,
+    /// A handler installed after pleio's displaced it: mapped strategies
+    /// read their rows with `pread` instead of the mapping (slower, as
+    /// safe), until pleio's handler is back.
+    Displaced,
+    /// No guard (a target other than Linux x86_64, or the OS refused the
+    /// handler and nothing can be read instead): a mapped read of a file
+    /// that shrank raises `SIGBUS`.
+    Unprotected,
+}
+
+impl SigbusGuard {
+    /// True unless [`SigbusGuard::Unprotected`]: a shrunk or failing file
+    /// is an error for every strategy.
+    pub fn is_protected(self) -> bool {
+        !matches!(self, SigbusGuard::Unprotected)
+    }
+}
+
+/// What one scope found and did, for the gather's stats.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct GuardEvents {
+    /// pleio's handler was found displaced.
+    pub displaced: bool,
+    /// ... and was installed again (it had been displaced by the default).
+    pub reinstalled: bool,
+    /// Rows were read with `pread` instead of the mapping.
+    pub fell_back: bool,
+}
+
+/// What `imp::ensure` found.
+enum Found {
+    /// pleio's handler, installed before.
+    Ours,
+    /// Installed now, for the first time.
+    Installed,
+    /// Displaced by `SIG_DFL` or `SIG_IGN`, installed again.
+    Reinstalled,
+    /// Displaced by another handler, left alone.
+    Foreign,
+    /// The OS refused to tell or to install.
+    Failed,
+    /// No guard on this target.
+    #[cfg_attr(all(target_os = "linux", target_arch = "x86_64"), allow(dead_code))]
+    Unsupported,
+}
+
+/// Whether pleio's guard is in place now; installs it if it never was, or
+/// installs it again over a restored default. Costs one `sigaction` query.
+pub(crate) fn state() -> SigbusGuard {
+    match imp::ensure() {
+        Found::Ours | Found::Installed | Found::Reinstalled => SigbusGuard::Active,
+        Found::Foreign | Found::Failed => SigbusGuard::Displaced,
+        Found::Unsupported => SigbusGuard::Unprotected,
+    }
+}
+
+/// One gather's reads through mappings, from the calling thread: checks the
+/// guard on first use (not before: a gather that never touches a mapping
+/// costs nothing) and undoes what it changed when dropped. Not `Send`: the
+/// signal mask it changes is the thread's.
+#[derive(Default)]
+pub(crate) struct Scope {
+    armed: std::cell::OnceCell<imp::Armed>,
+    fell_back: Cell<bool>,
+}
+
+impl Scope {
+    /// A scope that has checked nothing yet.
+    pub(crate) fn new() -> Scope {
+        Scope::default()
+    }
+
+    /// True if rows may be copied out of the mapping with [`copy_rows`]:
+    /// the guard is in place for this thread (or the target has none, and
+    /// the mapping is read as it always was). False: read them from the
+    /// file instead, and call [`Scope::note_fallback`].
+    pub(crate) fn use_mapping(&self) -> bool {
+        self.armed.get_or_init(imp::Armed::arm).use_mapping()
+    }
+
+    /// Records that rows were read from the file instead of the mapping.
+    pub(crate) fn note_fallback(&self) {
+        self.fell_back.set(true);
+    }
+
+    /// What this scope found and did.
+    pub(crate) fn events(&self) -> GuardEvents {
+        let mut e = self.armed.get().map(imp::Armed::events).unwrap_or_default();
+        e.fell_back = self.fell_back.get();
+        e
+    }
+}
+
 /// Copies `row_bytes` bytes from `base + rows[i] * row_bytes` to
 /// `dst[i * row_bytes..]` for every `i`, in order. A read that raises
 /// `SIGBUS` stops the copy: `Err` names the row and the address. `dst`
 /// then holds the rows before it and unspecified bytes in its slot.
+///
+/// Protected only while a [`Scope`] of this thread said
+/// [`Scope::use_mapping`] on a [`PROTECTED`] target.
 ///
 /// # Safety
 ///
@@ -61,17 +205,22 @@ pub(crate) unsafe fn copy_rows(
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod imp {
     use std::ffi::c_void;
-    use std::sync::OnceLock;
+    use std::marker::PhantomData;
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::sync::{Mutex, OnceLock};
 
-    use super::CopyFault;
+    use super::{CopyFault, Found, GuardEvents};
 
     pub(super) const PROTECTED: bool = true;
 
     // pleio_guarded_copy_rows(dst: rdi, base: rsi, rows: rdx, n: rcx,
     //                         row_bytes: r8) -> (rax: rows copied, rdx: 0)
     //
-    // Row `r9` is copied from `r10` to `rdi`, `r11` bytes left. Only the
-    // loads from `r10`/`rax` can fault; the handler then sets rdx to the
+    // Row `r9` is copied from `r10` to `rdi`, `r11` bytes left; throughout
+    // the copy of a row, `r10 - (r8 - r11)` is the row's first source byte
+    // (the tail load from `rax` moves neither). Between
+    // pleio_guarded_copy_loads and the landing, only loads of row bytes
+    // (from `r10`/`rax`) read the mapping; the handler then sets rdx to the
     // faulting address and rip to pleio_guarded_copy_fault, which returns
     // (rax: r9, the row that faulted; rdx: the address). Caller-saved
     // registers only (rax, rcx, rdx, rsi, rdi, r8-r11, xmm0); no stack.
@@ -90,6 +239,10 @@ mod imp {
         "    imul r10, r8",
         "    add r10, rsi",
         "    mov r11, r8",
+        // From here to the landing, only row bytes are loaded.
+        ".globl pleio_guarded_copy_loads",
+        ".hidden pleio_guarded_copy_loads",
+        "pleio_guarded_copy_loads:",
         "    cmp r11, 16",
         "    jb 25f",
         // 16 bytes or more: whole 16-byte chunks, then the last 16 bytes
@@ -157,6 +310,9 @@ mod imp {
         "    imul r10, r8",
         "    add r10, rsi",
         "    mov r11, r8",
+        ".globl pleio_guarded_copy_loads_avx",
+        ".hidden pleio_guarded_copy_loads_avx",
+        "pleio_guarded_copy_loads_avx:",
         "    cmp r11, 32",
         "    jb 35f",
         "    lea rax, [r10 + r11 - 32]",
@@ -231,6 +387,7 @@ mod imp {
             n: usize,
             row_bytes: usize,
         ) -> Copied;
+        fn pleio_guarded_copy_loads();
         fn pleio_guarded_copy_fault();
         fn pleio_guarded_copy_rows_avx(
             dst: *mut u8,
@@ -239,116 +396,319 @@ mod imp {
             n: usize,
             row_bytes: usize,
         ) -> Copied;
+        fn pleio_guarded_copy_loads_avx();
         fn pleio_guarded_copy_fault_avx();
     }
 
-    /// The handler that was installed before ours (what a `SIGBUS` outside
-    /// the routine is handed to).
-    static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+    /// The disposition found when pleio first installed its handler: where
+    /// a `SIGBUS` that is not ours goes, unless [`OVERRIDE`] says otherwise.
+    static ORIGINAL: OnceLock<libc::sigaction> = OnceLock::new();
 
-    /// Whether our handler is installed (decided once).
-    static INSTALLED: OnceLock<bool> = OnceLock::new();
+    /// Set when pleio installed its handler again over a restored default:
+    /// [`DEFAULT`] or [`IGNORE`] then replaces [`ORIGINAL`]; [`ORIGINAL`]
+    /// otherwise.
+    static OVERRIDE: AtomicU8 = AtomicU8::new(ORIGINAL_PREV);
+    const ORIGINAL_PREV: u8 = 0;
+    const DEFAULT: u8 = 1;
+    const IGNORE: u8 = 2;
 
-    /// Installs the handler once; false if the OS refused.
-    fn install() -> bool {
-        *INSTALLED.get_or_init(|| {
-            // SAFETY: sigaction with a null new action only reads the
-            // current one into `prev`, plain data we own.
-            let prev = unsafe {
-                let mut prev: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut prev) != 0 {
-                    return false;
-                }
-                prev
+    /// Serializes installing (never taken in the handler).
+    static INSTALL: Mutex<()> = Mutex::new(());
+
+    /// The current `SIGBUS` disposition.
+    fn current() -> Option<libc::sigaction> {
+        // SAFETY: sigaction with a null new action only reads the current
+        // one into `now`, plain data we own.
+        unsafe {
+            let mut now: libc::sigaction = std::mem::zeroed();
+            (libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut now) == 0).then_some(now)
+        }
+    }
+
+    fn is_ours(a: &libc::sigaction) -> bool {
+        a.sa_sigaction == on_sigbus as *const () as usize && a.sa_flags & libc::SA_SIGINFO != 0
+    }
+
+    /// Makes sure pleio's handler is installed, where that is safe (see the
+    /// module documentation). One `sigaction` query when it is.
+    pub(super) fn ensure() -> Found {
+        match current() {
+            Some(now) if is_ours(&now) => return Found::Ours,
+            Some(_) => {}
+            None => return Found::Failed,
+        }
+        let _one = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+        // Again under the lock: another thread may have installed it.
+        let Some(now) = current() else {
+            return Found::Failed;
+        };
+        if is_ours(&now) {
+            return Found::Ours;
+        }
+        let first = ORIGINAL.get().is_none();
+        if first {
+            let _ = ORIGINAL.set(now);
+        } else if now.sa_sigaction == libc::SIG_DFL {
+            OVERRIDE.store(DEFAULT, Ordering::SeqCst);
+        } else if now.sa_sigaction == libc::SIG_IGN {
+            OVERRIDE.store(IGNORE, Ordering::SeqCst);
+        } else {
+            return Found::Foreign;
+        }
+        // SAFETY: installs `on_sigbus`, an async-signal-safe handler (it
+        // reads the interrupted context and atomics, writes the context,
+        // or calls the previous handler, sigaction, pthread_sigmask or
+        // raise, all async-signal-safe). SA_ONSTACK keeps Rust's alternate
+        // signal stack usable for the chained handler.
+        let (ok, replaced) = unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on_sigbus as *const () as usize;
+            act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut act.sa_mask);
+            let mut replaced: libc::sigaction = std::mem::zeroed();
+            let ok = libc::sigaction(libc::SIGBUS, &act, &mut replaced) == 0;
+            (ok, replaced)
+        };
+        if !ok {
+            return Found::Failed;
+        }
+        if replaced.sa_sigaction != now.sa_sigaction {
+            // A handler installed between the query and ours (by a thread
+            // that does not take our lock): put it back, it was last.
+            // SAFETY: reinstates exactly what sigaction just returned.
+            unsafe { libc::sigaction(libc::SIGBUS, &replaced, std::ptr::null_mut()) };
+            return Found::Foreign;
+        }
+        if first {
+            Found::Installed
+        } else {
+            Found::Reinstalled
+        }
+    }
+
+    /// One gather's check of the guard (see [`super::Scope`]).
+    pub(super) struct Armed {
+        /// Copy out of the mapping (else read the file).
+        use_mapping: bool,
+        /// SIGBUS was blocked in this thread and unblocked here.
+        reblock: bool,
+        events: GuardEvents,
+        /// The signal mask is the thread's: stay on it.
+        _thread: PhantomData<*const ()>,
+    }
+
+    impl Armed {
+        pub(super) fn arm() -> Armed {
+            let found = ensure();
+            let mut armed = Armed {
+                use_mapping: false,
+                reblock: false,
+                events: GuardEvents {
+                    displaced: matches!(found, Found::Reinstalled | Found::Foreign),
+                    reinstalled: matches!(found, Found::Reinstalled),
+                    fell_back: false,
+                },
+                _thread: PhantomData,
             };
-            if PREVIOUS.set(prev).is_err() {
-                return false;
+            if matches!(found, Found::Ours | Found::Installed | Found::Reinstalled) {
+                match unblock() {
+                    Some(reblock) => {
+                        armed.use_mapping = true;
+                        armed.reblock = reblock;
+                    }
+                    None => armed.use_mapping = false,
+                }
             }
-            // SAFETY: installs `on_sigbus`, an async-signal-safe handler
-            // (it reads two addresses and a `OnceLock`, writes the
-            // interrupted context, or calls the previous handler or
-            // sigaction/raise, all async-signal-safe). SA_ONSTACK keeps
-            // Rust's alternate signal stack usable for the chained handler.
-            unsafe {
-                let mut act: libc::sigaction = std::mem::zeroed();
-                act.sa_sigaction = on_sigbus as *const () as usize;
-                act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
-                libc::sigemptyset(&mut act.sa_mask);
-                libc::sigaction(libc::SIGBUS, &act, std::ptr::null_mut()) == 0
+            armed
+        }
+
+        pub(super) fn use_mapping(&self) -> bool {
+            self.use_mapping
+        }
+
+        pub(super) fn events(&self) -> GuardEvents {
+            self.events
+        }
+    }
+
+    impl Drop for Armed {
+        fn drop(&mut self) {
+            if self.reblock {
+                // SAFETY: blocks SIGBUS again in this thread (the scope is
+                // not Send), as it was before `unblock`.
+                unsafe {
+                    let set = sigbus_set();
+                    libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+                }
             }
-        })
+        }
+    }
+
+    fn sigbus_set() -> libc::sigset_t {
+        // SAFETY: initializes a signal set we own.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGBUS);
+            set
+        }
+    }
+
+    /// Leaves `SIGBUS` unblocked in this thread: `Some(true)` if it had to
+    /// unblock it, `Some(false)` if it was not blocked, `None` if it is
+    /// blocked with a `SIGBUS` pending (unblocking would deliver the host's
+    /// signal now): then nothing changed. One mask query when not blocked.
+    fn unblock() -> Option<bool> {
+        // SAFETY: mask and pending-set queries into sets we own; the
+        // unblock changes only this thread's mask, put back by `Armed`.
+        unsafe {
+            let mut mask: libc::sigset_t = std::mem::zeroed();
+            if libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask) != 0 {
+                return None;
+            }
+            if libc::sigismember(&mask, libc::SIGBUS) != 1 {
+                return Some(false);
+            }
+            let mut pending: libc::sigset_t = std::mem::zeroed();
+            if libc::sigpending(&mut pending) != 0 || libc::sigismember(&pending, libc::SIGBUS) != 0
+            {
+                return None;
+            }
+            let set = sigbus_set();
+            (libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) == 0)
+                .then_some(true)
+        }
     }
 
     unsafe extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
         let routines = [
             (
-                pleio_guarded_copy_rows as *const () as usize,
+                pleio_guarded_copy_loads as *const () as usize,
                 pleio_guarded_copy_fault as *const () as usize,
             ),
             (
-                pleio_guarded_copy_rows_avx as *const () as usize,
+                pleio_guarded_copy_loads_avx as *const () as usize,
                 pleio_guarded_copy_fault_avx as *const () as usize,
             ),
         ];
-        // SAFETY: the kernel passes a valid ucontext_t for an SA_SIGINFO
-        // handler; it is ours to read and modify until we return.
-        let gregs = unsafe { &mut (*ctx.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
-        let rip = gregs[libc::REG_RIP as usize] as usize;
-        let ours = routines
+        // SAFETY: the kernel passes a valid siginfo and ucontext_t to an
+        // SA_SIGINFO handler; the context is ours to read and modify until
+        // we return.
+        let (code, addr, gregs) = unsafe {
+            (
+                (*info).si_code,
+                (*info).si_addr() as usize,
+                &mut (*ctx.cast::<libc::ucontext_t>()).uc_mcontext.gregs,
+            )
+        };
+        let reg = |r: libc::c_int| gregs[r as usize] as usize;
+        let rip = reg(libc::REG_RIP);
+        let landing = routines
             .iter()
-            .find(|(start, landing)| (*start..*landing).contains(&rip));
-        if let Some(&(_, landing)) = ours {
-            // A load of the copy routine faulted: resume at its landing,
-            // which returns the row index (r9, intact) and rdx.
-            // SAFETY: `info` is the kernel's valid siginfo for this signal.
-            let addr = unsafe { (*info).si_addr() } as usize;
-            gregs[libc::REG_RDX as usize] = addr as i64;
-            gregs[libc::REG_RIP as usize] = landing as i64;
-            return;
+            .find(|(loads, landing)| (*loads..*landing).contains(&rip))
+            .map(|&(_, landing)| landing);
+        if let Some(landing) = landing {
+            // The row being copied: `r8` bytes from `r10 - (r8 - r11)`.
+            let row_bytes = reg(libc::REG_R8);
+            let done = row_bytes.wrapping_sub(reg(libc::REG_R11));
+            let row_start = reg(libc::REG_R10).wrapping_sub(done);
+            let in_row = addr.wrapping_sub(row_start) < row_bytes;
+            if code > 0 && in_row {
+                // A load of a row faulted: resume at the landing, which
+                // returns the row index (r9, intact) and rdx.
+                gregs[libc::REG_RDX as usize] = addr as i64;
+                gregs[libc::REG_RIP as usize] = landing as i64;
+                return;
+            }
         }
         // SAFETY: forwarding the kernel's own arguments.
         unsafe { chain(sig, info, ctx) }
     }
 
-    /// Hands a `SIGBUS` that is not ours to the previous disposition.
-    unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-        let prev = PREVIOUS.get();
-        let handler = prev.map_or(libc::SIG_DFL, |p| p.sa_sigaction);
-        // SAFETY: `info` is the kernel's valid siginfo.
-        let sent = unsafe { (*info).si_code } <= 0;
-        if handler == libc::SIG_IGN {
-            if sent {
-                return; // kill(2) of an ignored signal: ignore it.
-            }
-        } else if handler != libc::SIG_DFL {
-            let siginfo = prev.is_some_and(|p| p.sa_flags & libc::SA_SIGINFO != 0);
-            // SAFETY: `handler` is the function pointer the previous
-            // sigaction installed, with the signature its flags declare.
-            unsafe {
-                if siginfo {
-                    let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
-                        std::mem::transmute(handler);
-                    f(sig, info, ctx);
-                } else {
-                    let f: extern "C" fn(libc::c_int) = std::mem::transmute(handler);
-                    f(sig);
-                }
-            }
-            return;
+    /// The disposition a `SIGBUS` that is not ours goes to.
+    fn previous() -> libc::sigaction {
+        let plain = |handler| {
+            // SAFETY: a zeroed sigaction is a valid plain disposition.
+            let mut a: libc::sigaction = unsafe { std::mem::zeroed() };
+            a.sa_sigaction = handler;
+            a
+        };
+        match OVERRIDE.load(Ordering::SeqCst) {
+            DEFAULT => plain(libc::SIG_DFL),
+            IGNORE => plain(libc::SIG_IGN),
+            _ => ORIGINAL
+                .get()
+                .copied()
+                .unwrap_or_else(|| plain(libc::SIG_DFL)),
         }
-        // Default action: restore it; a fault then recurs on return and
-        // kills the process as it would have without pleio, and a signal
-        // sent with kill(2) is raised again.
-        // SAFETY: sigaction and raise are async-signal-safe; `dfl` is a
-        // plain default disposition.
+    }
+
+    /// Sets the default disposition (async-signal-safe).
+    fn set_default(sig: libc::c_int) {
+        // SAFETY: sigaction with a plain default disposition we own.
         unsafe {
             let mut dfl: libc::sigaction = std::mem::zeroed();
             dfl.sa_sigaction = libc::SIG_DFL;
             libc::sigemptyset(&mut dfl.sa_mask);
             libc::sigaction(sig, &dfl, std::ptr::null_mut());
+        }
+    }
+
+    /// Hands a `SIGBUS` that is not ours to the previous disposition, as the
+    /// kernel would have delivered it.
+    unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+        let prev = previous();
+        // SAFETY: `info` is the kernel's valid siginfo.
+        let sent = unsafe { (*info).si_code } <= 0;
+        let handler = prev.sa_sigaction;
+        if handler == libc::SIG_IGN && sent {
+            return; // kill(2) of an ignored signal: ignore it.
+        }
+        if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+            // Default action (a fault cannot be ignored): restore it; a
+            // fault then recurs on return and kills the process as it
+            // would have without pleio, and a sent signal is raised again
+            // (delivered when this handler returns: SIGBUS is blocked here).
+            set_default(sig);
             if sent {
-                libc::raise(sig);
+                // SAFETY: raise is async-signal-safe.
+                unsafe { libc::raise(sig) };
             }
+            return;
+        }
+        if prev.sa_flags & libc::SA_RESETHAND != 0 {
+            // A one-shot handler: the kernel would have reset the
+            // disposition before calling it. Ours is gone now too; the
+            // next gather finds the default and installs it again.
+            set_default(sig);
+            OVERRIDE.store(DEFAULT, Ordering::SeqCst);
+        }
+        // The mask the kernel would have set for it: its sa_mask, and the
+        // signal itself unless SA_NODEFER.
+        // SAFETY: signal-set operations on sets we own, and
+        // pthread_sigmask, async-signal-safe; restored below.
+        let saved = unsafe {
+            let mut saved: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &prev.sa_mask, &mut saved);
+            if prev.sa_flags & libc::SA_NODEFER != 0 {
+                let set = sigbus_set();
+                libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            }
+            saved
+        };
+        // SAFETY: `handler` is the function pointer the previous sigaction
+        // installed, with the signature its flags declare; the arguments
+        // are the kernel's.
+        unsafe {
+            if prev.sa_flags & libc::SA_SIGINFO != 0 {
+                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
+                    std::mem::transmute(handler);
+                f(sig, info, ctx);
+            } else {
+                let f: extern "C" fn(libc::c_int) = std::mem::transmute(handler);
+                f(sig);
+            }
+            libc::pthread_sigmask(libc::SIG_SETMASK, &saved, std::ptr::null_mut());
         }
     }
 
@@ -375,17 +735,11 @@ mod imp {
         if rows.is_empty() || row_bytes == 0 {
             return Ok(());
         }
-        if !install() {
-            // No handler: a plain copy (a fault kills, as before pleio).
-            // SAFETY: forwarded from the caller.
-            unsafe { super::plain_copy(dst, base, rows, row_bytes) };
-            return Ok(());
-        }
         // SAFETY: the caller guarantees `dst` has room for every row and
         // every source range is inside a live mapping (and the CPU has AVX
         // if `avx`); the routine reads only those ranges and `rows`, writes
-        // only `dst`, and a SIGBUS in it is turned into a return by
-        // `on_sigbus`.
+        // only `dst`, and a SIGBUS of its row loads is turned into a return
+        // by `on_sigbus` (when installed: see `Scope`).
         let done = unsafe {
             let copy = if avx {
                 pleio_guarded_copy_rows_avx
@@ -407,9 +761,32 @@ mod imp {
 
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
 mod imp {
-    use super::CopyFault;
+    use std::marker::PhantomData;
+
+    use super::{CopyFault, Found, GuardEvents};
 
     pub(super) const PROTECTED: bool = false;
+
+    pub(super) fn ensure() -> Found {
+        Found::Unsupported
+    }
+
+    /// Nothing to check: the mapping is read as it is.
+    pub(super) struct Armed(PhantomData<*const ()>);
+
+    impl Armed {
+        pub(super) fn arm() -> Armed {
+            Armed(PhantomData)
+        }
+
+        pub(super) fn use_mapping(&self) -> bool {
+            true
+        }
+
+        pub(super) fn events(&self) -> GuardEvents {
+            GuardEvents::default()
+        }
+    }
 
     pub(super) unsafe fn copy_rows(
         dst: &mut [u8],
@@ -547,6 +924,8 @@ mod tests {
         if !PROTECTED {
             pleio_testkit::skip!("no SIGBUS protection on this target");
         }
+        // Installs the handler (as a gather's first mapped read does).
+        assert!(Scope::new().use_mapping());
         for (name, copy) in routines() {
             for rb in [5usize, 20, 40, 100] {
                 faults_are_errors(name, copy, rb);
