@@ -25,7 +25,7 @@ mod index;
 mod writer;
 
 pub use header::{SafetensorsFile, TensorInfo};
-pub(crate) use index::read_bounded;
+pub(crate) use index::{is_plain_relative, read_bounded};
 pub use index::{WeightIndex, INDEX_FILE_NAME, MAX_INDEX_LEN};
 pub use writer::SafetensorsWriter;
 
