@@ -21,7 +21,7 @@ use pleio_lab::bench::{Arm, Bench, BenchConfig, ColdMode, Report};
 use pleio_lab::floor::{Floor, PhaseSamples};
 use pleio_lab::replay::{ReplayConfig, ReplayFloor, ReplayPlan, ReplayReport, Replayer};
 use pleio_lab::synth::SynthSpec;
-use pleio_lab::synth_ckpt::{write_checkpoint, CkptEncoding, CkptSpec};
+use pleio_lab::synth_ckpt::{write_checkpoint_into, CkptEncoding, CkptSpec};
 use serde_json::{json, Value as Json};
 
 use super::rows::corpus_tokens;
@@ -175,9 +175,11 @@ impl DemoTable {
             human_bytes(bytes)
         );
         let bar = byte_progress(bytes, "synth");
-        write_checkpoint(&spec, &self.path, &mut |d| bar.set_position(d))
+        let out = outfile::OutDir::create(&self.path)?;
+        write_checkpoint_into(&spec, out.path(), &self.path, &mut |d| bar.set_position(d))
             .with_context(|| format!("writing {}", self.path.display()))?;
         bar.finish_and_clear();
+        out.commit()?;
         Ok(())
     }
 

@@ -1,7 +1,6 @@
 //! Finding the PLE table among a checkpoint's tensors.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use super::config::{ConfigError, NgramConfig};
