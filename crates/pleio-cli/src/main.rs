@@ -60,10 +60,7 @@ fn main() {
         Err(payload) => std::panic::resume_unwind(payload),
     };
     if let Err(e) = result {
-        if e.chain().any(|c| {
-            c.downcast_ref::<std::io::Error>()
-                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-        }) {
+        if e.chain().any(is_broken_pipe) {
             std::process::exit(CLOSED_STDOUT_STATUS);
         }
         eprintln!("pleio: error: {e:#}");
@@ -84,6 +81,22 @@ fn closed_stdout_panic(payload: &(dyn std::any::Any + Send)) -> bool {
         .unwrap_or("");
     // std's text: "failed printing to stdout: Broken pipe (os error 32)".
     text.starts_with("failed printing to stdout") && text.contains("Broken pipe")
+}
+
+/// True for a write error on a closed pipe, bare or inside a GGUF error
+/// (also one `synth` passes on transparently, which hides it from the
+/// error chain).
+fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+    use pleio::gguf::GgufError;
+    let pipe = |e: &std::io::Error| e.kind() == std::io::ErrorKind::BrokenPipe;
+    let gguf =
+        |g: Option<&GgufError>| matches!(g, Some(GgufError::Io { error, .. }) if pipe(error));
+    e.downcast_ref::<std::io::Error>().is_some_and(pipe)
+        || gguf(e.downcast_ref::<GgufError>())
+        || gguf(match e.downcast_ref::<pleio_lab::synth::SynthError>() {
+            Some(pleio_lab::synth::SynthError::Gguf(g)) => Some(g),
+            _ => None,
+        })
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

@@ -104,3 +104,23 @@ fn an_index_naming_a_fifo_is_refused_without_blocking() {
     let e = Table::open(&idx).err().expect("must be refused");
     assert!(e.to_string().contains("FIFO"), "{e}");
 }
+
+#[test]
+fn a_header_starting_with_a_byte_order_mark_says_so() {
+    // The message read "first byte Some(239)".
+    let mut f = 3u64.to_le_bytes().to_vec();
+    f.extend_from_slice(&[0xEF, 0xBB, 0xBF]);
+    let e = pleio::safetensors::SafetensorsFile::parse(&f).unwrap_err();
+    let text = e.to_string();
+    assert!(!text.contains("Some("), "{text}");
+    assert!(
+        text.contains("0xEF") && text.contains("byte-order mark"),
+        "{text}"
+    );
+    let mut f = 2u64.to_le_bytes().to_vec();
+    f.extend_from_slice(b"[]");
+    let text = pleio::safetensors::SafetensorsFile::parse(&f)
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("0x5B '['"), "{text}");
+}

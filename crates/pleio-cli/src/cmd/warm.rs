@@ -106,7 +106,20 @@ pub fn run(a: Args) -> Result<()> {
         bail!("the profile has no rows");
     }
     let held_out = match &a.held_out_rows {
-        Some(p) => row_file(p)?,
+        Some(p) => {
+            let ids = row_file(p)?;
+            // An id past the table would count as "not covered" and skew
+            // the share without a word: refuse it, naming it.
+            let rows = table.rows();
+            if let Some((i, id)) = ids.iter().enumerate().find(|(_, &id)| id >= rows) {
+                bail!(
+                    "{}: row id {id} (entry {}) is out of range: the table has {rows} rows",
+                    p.display(),
+                    i + 1
+                );
+            }
+            ids
+        }
         None if !a.held_out_text.is_empty() => text_rows(&mapper()?, &a.held_out_text)?,
         None => Vec::new(),
     };
