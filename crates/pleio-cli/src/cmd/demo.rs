@@ -334,7 +334,7 @@ pub fn run(a: Args) -> Result<()> {
     table.ensure()?;
     let path = table.path.clone();
     // `--clean` removes the table whatever happens after it was made.
-    let result = measure(&a, &dir, &path, &latency_svg, &ubatch_svg);
+    let result = measure(&a, &path, &latency_svg, &ubatch_svg);
     if a.clean {
         table.remove()?;
         println!("removed {}", path.display());
@@ -348,7 +348,7 @@ pub fn run(a: Args) -> Result<()> {
 
 /// The demo's measurements, summary, charts and JSON on the table at
 /// `path`.
-fn measure(a: &Args, dir: &Path, path: &Path, latency_svg: &Path, ubatch_svg: &Path) -> Result<()> {
+fn measure(a: &Args, path: &Path, latency_svg: &Path, ubatch_svg: &Path) -> Result<()> {
     let path = path.to_path_buf();
     let strategies = a
         .strategies
