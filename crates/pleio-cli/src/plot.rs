@@ -422,7 +422,7 @@ mod tests {
     fn every_strategy_has_its_own_colour_and_the_limit_label_its_depths() {
         let n = pleio::Strategy::ALL.len();
         let colours: std::collections::HashSet<(u8, u8, u8)> =
-            (0..n).map(|i| color(i)).map(|c| (c.0, c.1, c.2)).collect();
+            (0..n).map(color).map(|c| (c.0, c.1, c.2)).collect();
         assert_eq!(colours.len(), n, "two strategies share a colour");
         let qd = pleio_lab::floor::QUEUE_DEPTHS;
         let depths = format!("{}-{}", qd[0], qd[qd.len() - 1]);

@@ -343,7 +343,7 @@ pub mod released {
             return false;
         }
         for p in BASES {
-            if n % p == 0 {
+            if n.is_multiple_of(p) {
                 return n == p;
             }
         }
@@ -405,7 +405,12 @@ pub mod released {
 
         #[test]
         fn primality_is_exact_small_and_large() {
-            let trial = |n: u64| n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0);
+            let trial = |n: u64| {
+                n >= 2
+                    && (2..)
+                        .take_while(|d| d * d <= n)
+                        .all(|d| !n.is_multiple_of(d))
+            };
             for n in 0..20_000u64 {
                 assert_eq!(is_prime(n), trial(n), "{n}");
             }

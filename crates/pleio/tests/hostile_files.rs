@@ -52,7 +52,7 @@ fn huge_split_ngram_parts_is_a_missing_shard() {
                 if expected.ends_with("shard_4.weight")),
             "{parts}: {e}"
         );
-        let e = Table::open(&ck).err().expect("must be refused");
+        let e = Table::open(&ck).expect_err("must be refused");
         assert!(e.to_string().contains("shard_4.weight"), "{e}");
     }
 }
@@ -88,7 +88,7 @@ fn an_index_naming_a_fifo_is_refused_without_blocking() {
         *f = "fifo.safetensors".into();
     }
     std::fs::write(&idx, v.to_string()).unwrap();
-    let e = Table::open(&ck).err().expect("must be refused");
+    let e = Table::open(&ck).expect_err("must be refused");
     let text = e.to_string();
     assert!(
         text.contains("FIFO") && text.contains("fifo.safetensors"),
@@ -101,7 +101,7 @@ fn an_index_naming_a_fifo_is_refused_without_blocking() {
         .status()
         .unwrap()
         .success());
-    let e = Table::open(&idx).err().expect("must be refused");
+    let e = Table::open(&idx).expect_err("must be refused");
     assert!(e.to_string().contains("FIFO"), "{e}");
 }
 

@@ -254,14 +254,12 @@ fn a_manifest_reads_only_regular_files_under_its_root_with_checked_widths() {
     let mut m = good.clone();
     m["shards"][0]["weight"]["file"] = json!("fifo");
     write(&path, &m);
-    let e = Table::open(&path).err().expect("a FIFO opened");
+    let e = Table::open(&path).expect_err("a FIFO opened");
     assert!(e.to_string().contains("FIFO"), "{e}");
     // The manifest itself as a FIFO.
     let fifo_manifest = dir.path().join("fifo-store");
     std::fs::create_dir(&fifo_manifest).unwrap();
     mkfifo(&fifo_manifest.join("ple-store.json"));
-    let e = Table::open(fifo_manifest.join("ple-store.json"))
-        .err()
-        .expect("a FIFO manifest opened");
+    let e = Table::open(fifo_manifest.join("ple-store.json")).expect_err("a FIFO manifest opened");
     assert!(e.to_string().contains("FIFO"), "{e}");
 }
