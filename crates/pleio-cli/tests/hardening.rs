@@ -305,3 +305,23 @@ fn warm_refuses_held_out_ids_past_the_table() {
         p(&held),
     ]);
 }
+
+#[test]
+fn a_missing_file_is_named_once() {
+    // warm, replay and bench printed the path twice ("x: ... on x").
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("nope.gguf");
+    let list = dir.path().join("ids.txt");
+    std::fs::write(&list, "1").unwrap();
+    let f = p(&f);
+    let runs: [&[&str]; 4] = [
+        &["warm", f, "--budget", "1M", "--from-rows", p(&list)],
+        &["replay", f, "--corpus"],
+        &["bench", f],
+        &["cache-sim", f, "--corpus"],
+    ];
+    for args in runs {
+        let e = fails(args);
+        assert_eq!(e.matches("nope.gguf").count(), 1, "{args:?}: {e}");
+    }
+}

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::rows::{encode, tokenizer_for};
 use crate::lists::{read_bounded_text, read_row_list, MAX_ROW_IDS};
-use crate::output::{human_bytes, step_progress};
+use crate::output::{human_bytes, step_progress, InFile};
 
 /// Prewarm a table from a profile: the row ids of the profile's texts
 /// (each file its own sequence) ranked by how often they occur, hottest
@@ -89,7 +89,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut table = a
         .layer
         .open(&a.file, None)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?
+        .in_file(&a.file)?
         .with_strategy(a.strategy);
     if a.strategy == Strategy::Cached {
         table = table.with_budget(a.budget)?;
