@@ -19,9 +19,12 @@
 //!   The rename happens only if the path still holds what it held when the
 //!   output was created (nothing: `RENAME_NOREPLACE`; a regular file: the
 //!   same inode), checked under an exclusive `flock` of the directory that
-//!   every pleio writer takes. So of concurrent pleio writers to one path
+//!   every pleio writer takes (waiting at most [`LOCK_WAIT`] for it, then
+//!   going on without it). So of concurrent pleio writers to one path
 //!   exactly one file lands, and every other writer fails (exit status 2)
 //!   saying its output was discarded.
+//! - A directory output ([`OutDir`], a checkpoint) is a temporary directory
+//!   renamed into place only where nothing exists.
 //! - The temporary file is removed when the output is dropped uncommitted
 //!   (an error, a panic) and when the process gets SIGINT, SIGTERM or SIGHUP
 //!   (a watcher thread removes every live temporary file, then lets the
