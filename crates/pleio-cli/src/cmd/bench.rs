@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use pleio::fetch::Strategy;
 use pleio::Layout;
 use pleio_lab::bench::{Arm, Bench, BenchConfig, ColdMode, Machine, Progress, Report};
