@@ -74,3 +74,17 @@ for s in '1 2,3
     printf '%s' "$s" > "$c/seed-$i"
     i=$((i + 1))
 done
+
+c=corpus/config_parse
+mkdir -p "$c"
+# The released qwen4exp config (keys under text_config) and a top-level
+# one with several eos ids and more PLE layers.
+printf '%s' '{"model_type":"qwen4exp","image_token_id":248056,"text_config":{"ple_layer_ids":[2],"ngram_size":3,"heads_per_ngram":8,"ngram_vocab_size_base":20000000,"make_ngram_vocab_size_divisible_by":128,"split_ngram_parts":128,"vocab_size":248320,"eos_token_id":248044,"seed":null}}' > "$c/released.json"
+printf '%s' '{"ngram_size":3,"heads_per_ngram":2,"ngram_vocab_size_base":4283,"make_ngram_vocab_size_divisible_by":64,"vocab_size":1000,"eos_token_id":[7,8],"seed":5,"ple_layer_ids":[3,1],"ple_embedding_dtype":"nvfp4"}' > "$c/top-level.json"
+
+c=corpus/ple_store_parse
+mkdir -p "$c"
+# Manifests over the target's 64 KiB `model.safetensors`: two BF16 shards,
+# and one MLX 4-bit shard (weight, scales, biases).
+printf '%s' '{"version":2,"layout":"safetensors_ranges","row_width":16,"row_count":6,"quantization":null,"shards":[{"row_start":0,"row_count":4,"weight":{"file":"model.safetensors","offset":0,"dtype":"bfloat16","shape":[4,16]}},{"row_start":4,"row_count":2,"weight":{"file":"model.safetensors","offset":128,"dtype":"BF16","shape":[2,16]}}]}' > "$c/bf16.json"
+printf '%s' '{"version":2,"layout":"safetensors_ranges","source_root":".","row_width":32,"row_count":2,"quantization":{"bits":4,"group_size":32,"mode":"affine"},"shards":[{"row_start":0,"row_count":2,"weight":{"file":"model.safetensors","offset":0,"dtype":"uint32","shape":[2,4]},"scales":{"file":"model.safetensors","offset":32,"dtype":"bfloat16","shape":[2,1]},"biases":{"file":"model.safetensors","offset":36,"dtype":"bfloat16","shape":[2,1]}}]}' > "$c/mlx4.json"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every cargo-fuzz target in fuzz/ for a fixed time each (default 60 s:
-# five targets, five minutes), from the committed seed corpus in
+# Runs every cargo-fuzz target in fuzz/ for a fixed time each (default 45 s:
+# eight targets, six minutes), from the committed seed corpus in
 # fuzz/corpus/TARGET (read only: new inputs go to a scratch directory).
 #
 # Needs a nightly toolchain and cargo-fuzz (installed from crates.io if
@@ -8,7 +8,7 @@
 # the script; libFuzzer leaves the input in fuzz/artifacts/TARGET/, to be
 # turned into a regression test of the normal suite.
 #
-#   scripts/fuzz.sh                  # every target, 60 s each
+#   scripts/fuzz.sh                  # every target, 45 s each
 #   scripts/fuzz.sh gguf_parse 600   # one target, ten minutes
 #
 # The build goes outside the clone, where CI keeps it between runs:
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=${2:-${PLEIO_FUZZ_SECONDS:-60}}
+seconds=${2:-${PLEIO_FUZZ_SECONDS:-45}}
 export CARGO_TARGET_DIR="${PLEIO_CACHE_DIR:-$HOME/.cache/pleio}/fuzz-target"
 
 if ! cargo +nightly --version >/dev/null 2>&1; then

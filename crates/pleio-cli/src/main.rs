@@ -44,7 +44,63 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
-    let result = match cli.command {
+    // A reader that stops early (`pleio inspect f.gguf | head -1`) closes
+    // the pipe: pleio then exits quietly with the status a shell shows for
+    // SIGPIPE, like other Unix tools, instead of a panic (exit 101). The
+    // unwind runs first, so temporary outputs are removed.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !closed_stdout_panic(info.payload()) {
+            default_hook(info);
+        }
+    }));
+    let result = match std::panic::catch_unwind(|| run(cli)) {
+        Ok(r) => r,
+        Err(payload) if closed_stdout_panic(&*payload) => std::process::exit(CLOSED_STDOUT_STATUS),
+        Err(payload) => std::panic::resume_unwind(payload),
+    };
+    if let Err(e) = result {
+        if e.chain().any(is_broken_pipe) {
+            std::process::exit(CLOSED_STDOUT_STATUS);
+        }
+        eprintln!("pleio: error: {e:#}");
+        std::process::exit(2);
+    }
+}
+
+/// The exit status when the reader of standard output went away: what a
+/// shell reports for a process ended by SIGPIPE (128 + 13).
+const CLOSED_STDOUT_STATUS: i32 = 141;
+
+/// True for the panic `println!` raises on a closed standard output.
+fn closed_stdout_panic(payload: &(dyn std::any::Any + Send)) -> bool {
+    let text = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    // std's text: "failed printing to stdout: Broken pipe (os error 32)".
+    text.starts_with("failed printing to stdout") && text.contains("Broken pipe")
+}
+
+/// True for a write error on a closed pipe, bare or inside a GGUF error
+/// (also one `synth` passes on transparently, which hides it from the
+/// error chain).
+fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+    use pleio::gguf::GgufError;
+    let pipe = |e: &std::io::Error| e.kind() == std::io::ErrorKind::BrokenPipe;
+    let gguf =
+        |g: Option<&GgufError>| matches!(g, Some(GgufError::Io { error, .. }) if pipe(error));
+    e.downcast_ref::<std::io::Error>().is_some_and(pipe)
+        || gguf(e.downcast_ref::<GgufError>())
+        || gguf(match e.downcast_ref::<pleio_lab::synth::SynthError>() {
+            Some(pleio_lab::synth::SynthError::Gguf(g)) => Some(g),
+            _ => None,
+        })
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Synth(a) => cmd::synth::run(a),
         Command::Gather(a) => cmd::gather::run(a),
@@ -55,9 +111,5 @@ fn main() {
         Command::Bench(a) => cmd::bench::run(a),
         Command::CacheSim(a) => cmd::cache_sim::run(a),
         Command::Warm(a) => cmd::warm::run(a),
-    };
-    if let Err(e) = result {
-        eprintln!("pleio: error: {e:#}");
-        std::process::exit(2);
     }
 }

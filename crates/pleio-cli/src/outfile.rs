@@ -19,9 +19,12 @@
 //!   The rename happens only if the path still holds what it held when the
 //!   output was created (nothing: `RENAME_NOREPLACE`; a regular file: the
 //!   same inode), checked under an exclusive `flock` of the directory that
-//!   every pleio writer takes. So of concurrent pleio writers to one path
+//!   every pleio writer takes (waiting at most [`LOCK_WAIT`] for it, then
+//!   going on without it). So of concurrent pleio writers to one path
 //!   exactly one file lands, and every other writer fails (exit status 2)
 //!   saying its output was discarded.
+//! - A directory output ([`OutDir`], a checkpoint) is a temporary directory
+//!   renamed into place only where nothing exists.
 //! - The temporary file is removed when the output is dropped uncommitted
 //!   (an error, a panic) and when the process gets SIGINT, SIGTERM or SIGHUP
 //!   (a watcher thread removes every live temporary file, then lets the
@@ -95,14 +98,7 @@ fn plan(dest: &Path, replace: Replace) -> Result<Plan> {
     if st.is_some_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory) {
         bail!("{shown} is a directory");
     }
-    let name = match dest.file_name() {
-        Some(n) if !dest.as_os_str().as_bytes().ends_with(b"/") => n.to_os_string(),
-        _ => bail!("{shown} does not name a file"),
-    };
-    let dir = match dest.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let (dir, name) = split_dest(dest)?;
     let Some(st) = st else {
         return Ok(Plan::Replace {
             dir,
@@ -197,6 +193,8 @@ struct Temp {
     expect: Expect,
     /// Where the watcher finds it on a signal.
     path: PathBuf,
+    /// A directory (removed with its contents), not a file.
+    is_dir: bool,
     /// Renamed into place: nothing to remove.
     landed: bool,
 }
@@ -268,6 +266,72 @@ impl OutFile {
     }
 }
 
+/// An output directory being written (a checkpoint): an empty directory
+/// under an unpredictable temporary name beside `dest`, removed with its
+/// contents on drop and on SIGINT, SIGTERM or SIGHUP, and renamed to `dest`
+/// by [`OutDir::commit`] only if nothing has appeared there meanwhile (not
+/// even an empty directory). An existing `dest` is refused up front: pleio
+/// never replaces a directory.
+pub struct OutDir {
+    dest: PathBuf,
+    temp: Temp,
+}
+
+impl OutDir {
+    /// Creates the temporary directory for `dest`, which must not exist.
+    pub fn create(dest: &Path) -> Result<OutDir> {
+        let shown = dest.display();
+        if dest.as_os_str() == "-" {
+            bail!("a checkpoint is a directory: name one (not `-`)");
+        }
+        match rustix::fs::lstat(dest) {
+            Err(Errno::NOENT) => {}
+            Ok(st) => bail!(
+                "{shown} exists ({}); pleio never replaces a directory or anything else with a checkpoint: \
+                 remove it or name another",
+                describe(FileType::from_raw_mode(st.st_mode))
+            ),
+            Err(e) => return Err(io::Error::from(e)).with_context(|| format!("{shown}")),
+        }
+        let (dir, name) = split_dest(dest)?;
+        let temp = Temp::create_dir(&dir, name).with_context(|| {
+            format!(
+                "creating a temporary directory for {shown} in {}",
+                dir.display()
+            )
+        })?;
+        Ok(OutDir {
+            dest: dest.to_path_buf(),
+            temp,
+        })
+    }
+
+    /// The temporary directory to write into.
+    pub fn path(&self) -> &Path {
+        &self.temp.path
+    }
+
+    /// Renames the directory into place if `dest` is still absent;
+    /// otherwise removes it and this is an error.
+    pub fn commit(self) -> Result<()> {
+        let shown = self.dest.display().to_string();
+        self.temp.land(&shown)
+    }
+}
+
+/// The directory and file name of a destination path.
+fn split_dest(dest: &Path) -> Result<(PathBuf, OsString)> {
+    let name = match dest.file_name() {
+        Some(n) if !dest.as_os_str().as_bytes().ends_with(b"/") => n.to_os_string(),
+        _ => bail!("{} does not name a file", dest.display()),
+    };
+    let dir = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok((dir, name))
+}
+
 /// `flags` as the raw bits `OpenOptionsExt::custom_flags` takes.
 fn libc_flags(flags: OFlags) -> i32 {
     flags.bits() as i32
@@ -275,6 +339,35 @@ fn libc_flags(flags: OFlags) -> i32 {
 
 impl Temp {
     fn create(dir: &Path, dest_name: OsString, expect: Expect) -> Result<(File, Temp)> {
+        Temp::create_with(dir, dest_name, expect, false, |dirfd, name| {
+            rustix::fs::openat(
+                dirfd,
+                name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o666),
+            )
+            .map(File::from)
+        })
+    }
+
+    /// A new empty directory (mode `0777` less the umask) under a
+    /// temporary name.
+    fn create_dir(dir: &Path, dest_name: OsString) -> Result<Temp> {
+        Temp::create_with(dir, dest_name, Expect::Absent, true, |dirfd, name| {
+            rustix::fs::mkdirat(dirfd, name, Mode::from_raw_mode(0o777))
+        })
+        .map(|((), t)| t)
+    }
+
+    /// Makes an entry with `make` under a fresh unpredictable name in
+    /// `dir` (`make` fails with `EEXIST` if the name is taken).
+    fn create_with<T>(
+        dir: &Path,
+        dest_name: OsString,
+        expect: Expect,
+        is_dir: bool,
+        make: impl Fn(&OwnedFd, &OsStr) -> Result<T, Errno>,
+    ) -> Result<(T, Temp)> {
         let dirfd = rustix::fs::open(
             dir,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -289,15 +382,10 @@ impl Temp {
             name.push(format!(".{:016x}.pleio-tmp", random_u64()));
             let path = dir.join(&name);
             // Created and registered under the registry lock, so a signal
-            // watcher never misses a file that exists.
+            // watcher never misses an entry that exists.
             let mut live = registry();
-            match rustix::fs::openat(
-                &dirfd,
-                name.as_os_str(),
-                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o666),
-            ) {
-                Ok(fd) => {
+            match make(&dirfd, name.as_os_str()) {
+                Ok(made) => {
                     live.push(path.clone());
                     drop(live);
                     let temp = Temp {
@@ -306,9 +394,10 @@ impl Temp {
                         dest_name,
                         expect,
                         path,
+                        is_dir,
                         landed: false,
                     };
-                    return Ok((File::from(fd), temp));
+                    return Ok((made, temp));
                 }
                 Err(Errno::EXIST) => continue,
                 Err(e) => return Err(io::Error::from(e).into()),
@@ -328,8 +417,9 @@ impl Temp {
         {
             // Every pleio writer takes this lock for its check-and-rename,
             // so no other one lands between our check and our rename. File
-            // systems without flock get the check without the lock.
-            let _lock = DirLock::take(&self.dir);
+            // systems without flock, and a lock held by someone else for
+            // longer than LOCK_WAIT, get the check without the lock.
+            let _lock = DirLock::take(&self.dir, LOCK_WAIT);
             match self.expect {
                 Expect::Absent => match rename_noreplace(&self.dir, &self.name, &self.dest_name) {
                     Ok(()) => {}
@@ -377,14 +467,20 @@ impl Drop for Temp {
     fn drop(&mut self) {
         let mut live = registry();
         if !self.landed {
-            let _ = rustix::fs::unlinkat(&self.dir, self.name.as_os_str(), AtFlags::empty());
+            if self.is_dir {
+                let _ = std::fs::remove_dir_all(&self.path);
+            } else {
+                let _ = rustix::fs::unlinkat(&self.dir, self.name.as_os_str(), AtFlags::empty());
+            }
         }
         live.retain(|p| p != &self.path);
     }
 }
 
 /// `renameat2(RENAME_NOREPLACE)`, or `link` + `unlink` where the file
-/// system does not support the flag (both fail if `to` exists).
+/// system does not support the flag (both fail if `to` exists; a
+/// directory cannot be linked, so there it fails rather than risk
+/// replacing an empty directory).
 fn rename_noreplace(dir: &OwnedFd, from: &OsStr, to: &OsStr) -> Result<(), Errno> {
     match rustix::fs::renameat_with(dir, from, dir, to, RenameFlags::NOREPLACE) {
         Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {
@@ -396,15 +492,29 @@ fn rename_noreplace(dir: &OwnedFd, from: &OsStr, to: &OsStr) -> Result<(), Errno
     }
 }
 
+/// How long a writer waits for the directory lock before going on without
+/// it: another user may hold an `flock` on any directory they can read,
+/// and a writer must never wait forever for them.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// An exclusive `flock` on a directory, released on drop.
 struct DirLock<'a>(Option<&'a OwnedFd>);
 
 impl<'a> DirLock<'a> {
-    fn take(dir: &'a OwnedFd) -> DirLock<'a> {
+    /// Takes the lock, polling without blocking for at most `wait`. Past
+    /// that (someone else holds it), or where the file system has no
+    /// `flock`, the caller goes on without it: its own checks
+    /// (`RENAME_NOREPLACE`, the inode comparison) still hold, only the
+    /// ordering between two pleio writers is lost.
+    fn take(dir: &'a OwnedFd, wait: std::time::Duration) -> DirLock<'a> {
+        let start = std::time::Instant::now();
         loop {
-            match rustix::fs::flock(dir, FlockOperation::LockExclusive) {
+            match rustix::fs::flock(dir, FlockOperation::NonBlockingLockExclusive) {
                 Ok(()) => return DirLock(Some(dir)),
                 Err(Errno::INTR) => continue,
+                Err(Errno::WOULDBLOCK) if start.elapsed() < wait => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
                 Err(_) => return DirLock(None),
             }
         }
@@ -459,7 +569,9 @@ fn start_watcher() {
                 // after the sweep.
                 let live = registry();
                 for p in live.iter() {
-                    let _ = std::fs::remove_file(p);
+                    if std::fs::remove_file(p).is_err() {
+                        let _ = std::fs::remove_dir_all(p);
+                    }
                 }
                 let _ = signal_hook::low_level::emulate_default_handler(sig);
                 std::process::exit(128 + sig);

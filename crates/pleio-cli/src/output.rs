@@ -44,3 +44,24 @@ pub fn step_progress(total: u64, what: &str) -> ProgressBar {
     bar.set_message(what.to_string());
     bar
 }
+
+/// Errors given the file they concern, in front, unless the message
+/// already names it (engine errors do): each cause is printed once.
+pub trait InFile<T> {
+    /// `self`'s error with `path` in front if it does not name it yet.
+    fn in_file(self, path: &std::path::Path) -> anyhow::Result<T>;
+}
+
+impl<T, E: Into<anyhow::Error>> InFile<T> for std::result::Result<T, E> {
+    fn in_file(self, path: &std::path::Path) -> anyhow::Result<T> {
+        self.map_err(|e| {
+            let e: anyhow::Error = e.into();
+            let shown = path.display().to_string();
+            if format!("{e:#}").contains(&shown) {
+                e
+            } else {
+                e.context(shown)
+            }
+        })
+    }
+}

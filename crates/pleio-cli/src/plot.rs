@@ -26,8 +26,9 @@ const STRIP_SIZE: (u32, u32) = (960, 260);
 const FONT: &str = "sans-serif";
 
 /// Series colours: the Okabe-Ito palette (distinguishable with colour
-/// blindness), black kept for the `limit` line.
-const PALETTE: [RGBColor; 7] = [
+/// blindness), black kept for the `limit` line, plus an olive and a
+/// violet so every strategy of a build has its own colour.
+const PALETTE: [RGBColor; 8] = [
     RGBColor(0, 114, 178),
     RGBColor(213, 94, 0),
     RGBColor(0, 158, 115),
@@ -35,10 +36,12 @@ const PALETTE: [RGBColor; 7] = [
     RGBColor(230, 159, 0),
     RGBColor(86, 180, 233),
     RGBColor(140, 140, 40),
+    RGBColor(110, 70, 200),
 ];
 
-/// Legend and line label of the `limit` reference line.
-pub const LIMIT_LABEL: &str = "limit (device floor: O_DIRECT, QD 64)";
+/// Legend and line label of the `limit` reference line: the floor runs at
+/// the fastest queue depth of its sweep (`pleio_lab::floor::QUEUE_DEPTHS`).
+pub const LIMIT_LABEL: &str = "limit (device floor: O_DIRECT, fastest QD of 16-256)";
 
 fn color(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
@@ -414,6 +417,17 @@ fn scale_bar(area: &DrawingArea<SVGBackend, Shift>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_strategy_has_its_own_colour_and_the_limit_label_its_depths() {
+        let n = pleio::Strategy::ALL.len();
+        let colours: std::collections::HashSet<(u8, u8, u8)> =
+            (0..n).map(color).map(|c| (c.0, c.1, c.2)).collect();
+        assert_eq!(colours.len(), n, "two strategies share a colour");
+        let qd = pleio_lab::floor::QUEUE_DEPTHS;
+        let depths = format!("{}-{}", qd[0], qd[qd.len() - 1]);
+        assert!(LIMIT_LABEL.contains(&depths), "{LIMIT_LABEL}");
+    }
 
     fn count(svg: &str, tag: &str) -> usize {
         svg.matches(tag).count()

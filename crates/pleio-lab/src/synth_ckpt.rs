@@ -609,47 +609,78 @@ pub fn read_row_parts(
 }
 
 /// Writes the checkpoint into a new directory `dir` (refused if it
-/// exists), through a temporary sibling renamed at the end, so an
-/// interrupted run leaves no partial checkpoint under `dir`. `progress`
-/// gets the table bytes done so far.
+/// exists), through a temporary sibling of an unpredictable name renamed
+/// at the end, so an interrupted run leaves no partial checkpoint under
+/// `dir`. `progress` gets the table bytes done so far.
+///
+/// For tests and tools without signal handling: the `pleio synth` door
+/// writes through [`write_checkpoint_into`] into a temporary directory it
+/// removes on signals and renames without replacing anything.
 pub fn write_checkpoint(
     spec: &CkptSpec,
     dir: &Path,
     progress: &mut dyn FnMut(u64),
 ) -> Result<CkptSummary, SynthCkptError> {
-    let layout = spec.layout()?;
+    spec.layout()?;
     if dir.exists() {
         return Err(SynthCkptError::Exists(dir.to_path_buf()));
     }
     let name = dir
         .file_name()
         .ok_or_else(|| SynthCkptError::BadSpec(format!("{}: no directory name", dir.display())))?;
-    let tmp = dir.with_file_name(format!(
-        ".{}.partial-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| SynthCkptError::Io { path, source }
     };
-    fs::create_dir(&tmp).map_err(io(&tmp))?;
-    let result = write_into(spec, &layout, &tmp, progress);
-    match result {
-        Ok((files, table_bytes)) => {
+    let keys = std::collections::hash_map::RandomState::new();
+    let mut tmp = dir.to_path_buf();
+    for attempt in 0u32.. {
+        use std::hash::BuildHasher;
+        tmp = dir.with_file_name(format!(
+            ".{}.{:016x}.partial",
+            name.to_string_lossy(),
+            keys.hash_one((std::process::id(), attempt))
+        ));
+        match fs::create_dir(&tmp) {
+            Ok(()) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 64 => continue,
+            Err(e) => return Err(io(&tmp)(e)),
+        }
+    }
+    match write_checkpoint_into(spec, &tmp, dir, progress) {
+        Ok(summary) if !dir.exists() => {
             fs::rename(&tmp, dir).map_err(io(dir))?;
-            Ok(CkptSummary {
-                dir: dir.to_path_buf(),
-                files: files.iter().map(|f| dir.join(f)).collect(),
-                layout,
-                table_bytes,
-            })
+            Ok(summary)
+        }
+        Ok(_) => {
+            let _ = fs::remove_dir_all(&tmp);
+            Err(SynthCkptError::Exists(dir.to_path_buf()))
         }
         Err(e) => {
             let _ = fs::remove_dir_all(&tmp);
             Err(e)
         }
     }
+}
+
+/// Writes the checkpoint's files into `tmp`, an empty directory the
+/// caller created and will rename to `dest` (the summary names the files
+/// under `dest`). On an error `tmp` holds a partial checkpoint the caller
+/// removes.
+pub fn write_checkpoint_into(
+    spec: &CkptSpec,
+    tmp: &Path,
+    dest: &Path,
+    progress: &mut dyn FnMut(u64),
+) -> Result<CkptSummary, SynthCkptError> {
+    let layout = spec.layout()?;
+    let (files, table_bytes) = write_into(spec, &layout, tmp, progress)?;
+    Ok(CkptSummary {
+        dir: dest.to_path_buf(),
+        files: files.iter().map(|f| dest.join(f)).collect(),
+        layout,
+        table_bytes,
+    })
 }
 
 /// Dimensions of the tiny model `config.json` describes (transformers

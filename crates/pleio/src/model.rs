@@ -31,7 +31,7 @@ pub struct Shard {
 impl Shard {
     /// Maps and parses the file at `path`.
     fn open(path: &Path) -> Result<Shard, GgufError> {
-        let file = File::open(path).map_err(|e| GgufError::io(Some(path), e))?;
+        let file = crate::sys::open_regular(path).map_err(|e| GgufError::io(Some(path), e))?;
         if file.metadata().is_ok_and(|m| m.is_dir()) {
             let e = std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory");
             return Err(GgufError::io(Some(path), e));

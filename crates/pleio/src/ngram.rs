@@ -272,15 +272,21 @@ pub mod released {
         /// [`QWEN_FULL_ROWS`] this gives the released primes from 20000003 up).
         /// `None` if even the 16 smallest primes do not fit.
         pub fn for_rows(rows: u64) -> Option<QwenHeads> {
-            let sum_from = |start: u64| -> u64 { primes_from(start).take(QWEN_HEADS).sum() };
-            if sum_from(2) > rows {
+            // Whether the 16 primes from `start` sum to at most `rows`.
+            let fits = |start: u64| -> bool {
+                primes_from(start)
+                    .take(QWEN_HEADS)
+                    .try_fold(0u64, u64::checked_add)
+                    .is_some_and(|s| s <= rows)
+            };
+            if !fits(2) {
                 return None;
             }
-            // Largest start with sum_from(start) <= rows; the sum grows with start.
+            // Largest start that fits; the sum grows with start.
             let (mut lo, mut hi) = (2u64, rows / QWEN_HEADS as u64 + 1);
             while lo + 1 < hi {
                 let mid = lo + (hi - lo) / 2;
-                if sum_from(mid) <= rows {
+                if fits(mid) {
                     lo = mid;
                 } else {
                     hi = mid;
@@ -309,24 +315,57 @@ pub mod released {
         }
     }
 
-    fn is_prime(n: u64) -> bool {
-        if n < 4 {
-            return n >= 2;
+    /// `a * b mod m` without overflow.
+    fn mul_mod(a: u64, b: u64, m: u64) -> u64 {
+        (u128::from(a) * u128::from(b) % u128::from(m)) as u64
+    }
+
+    /// `b^e mod m` by squaring.
+    fn pow_mod(mut b: u64, mut e: u64, m: u64) -> u64 {
+        let mut r = 1u64;
+        b %= m;
+        while e > 0 {
+            if e & 1 == 1 {
+                r = mul_mod(r, b, m);
+            }
+            b = mul_mod(b, b, m);
+            e >>= 1;
         }
-        if n.is_multiple_of(2) {
+        r
+    }
+
+    /// Primality by Miller-Rabin with the first 12 prime bases, exact for
+    /// every `u64` (and fast at any size, unlike trial division, which
+    /// took hours per prime near 2^52).
+    pub(crate) fn is_prime(n: u64) -> bool {
+        const BASES: [u64; 12] = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37];
+        if n < 2 {
             return false;
         }
-        let mut d = 3u64;
-        while d.saturating_mul(d) <= n {
-            if n.is_multiple_of(d) {
-                return false;
+        for p in BASES {
+            if n.is_multiple_of(p) {
+                return n == p;
             }
-            d += 2;
+        }
+        let s = (n - 1).trailing_zeros();
+        let d = (n - 1) >> s;
+        'bases: for a in BASES {
+            let mut x = pow_mod(a, d, n);
+            if x == 1 || x == n - 1 {
+                continue;
+            }
+            for _ in 1..s {
+                x = mul_mod(x, x, n);
+                if x == n - 1 {
+                    continue 'bases;
+                }
+            }
+            return false;
         }
         true
     }
 
-    /// Primes from `start` up, by trial division.
+    /// Primes from `start` up.
     pub(crate) fn primes_from(start: u64) -> impl Iterator<Item = u64> {
         (start..).filter(|&n| is_prime(n))
     }
@@ -362,6 +401,35 @@ pub mod released {
                 assert!(next > rows, "rows {rows}");
             }
             assert_eq!(QwenHeads::for_rows(380), None);
+        }
+
+        #[test]
+        fn primality_is_exact_small_and_large() {
+            let trial = |n: u64| {
+                n >= 2
+                    && (2..)
+                        .take_while(|d| d * d <= n)
+                        .all(|d| !n.is_multiple_of(d))
+            };
+            for n in 0..20_000u64 {
+                assert_eq!(is_prime(n), trial(n), "{n}");
+            }
+            // Mersenne prime 2^61 - 1; 2^61 + 1 is divisible by 3; a strong
+            // pseudoprime to bases 2..=37 would need n > 3.3e24.
+            assert!(is_prime((1 << 61) - 1));
+            assert!(!is_prime((1 << 61) + 1));
+            assert!(is_prime(18_446_744_073_709_551_557)); // largest u64 prime
+            assert!(!is_prime(3_215_031_751)); // strong pseudoprime to 2, 3, 5, 7
+        }
+
+        #[test]
+        fn huge_row_counts_get_heads() {
+            // `synth --rows 2^52` hung in a trial-division prime search.
+            for rows in [1u64 << 52, 1 << 60, u64::MAX] {
+                let h = QwenHeads::for_rows(rows).unwrap();
+                assert!(h.addressed_rows() <= rows);
+                assert!(h.sizes.iter().all(|&p| is_prime(p)));
+            }
         }
     }
 }

@@ -185,3 +185,81 @@ fn a_lying_manifest_is_an_error_naming_the_shard() {
     assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
     assert!(e.to_string().contains("interleaved_q4"), "{e}");
 }
+
+/// Makes a FIFO at `path` (the `mkfifo` tool).
+fn mkfifo(path: &Path) {
+    let ok = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "mkfifo {}", path.display());
+}
+
+#[test]
+fn a_manifest_reads_only_regular_files_under_its_root_with_checked_widths() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck_dir = dir.path().join("ck");
+    let spec = CkptSpec {
+        shards: 2,
+        ..CkptSpec::new(CkptEncoding::Bf16, 2000, 1, 3)
+    };
+    write_checkpoint(&spec, &ck_dir, &mut |_| {}).unwrap();
+    let good = manifest_of(&Table::open(&ck_dir).unwrap(), ".");
+    let path = ck_dir.join("ple-store.json");
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, vec![7u8; 1 << 16]).unwrap();
+    mkfifo(&ck_dir.join("fifo"));
+    let wide = (1u64 << 63) + 2;
+    type Edit = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
+        (
+            // row_width * 2 bytes wrapped to 4-byte rows, and opened.
+            "overflowing width",
+            Box::new(move |m| {
+                m["row_width"] = json!(wide);
+                for s in m["shards"].as_array_mut().unwrap() {
+                    let rows = s["row_count"].clone();
+                    s["weight"]["shape"] = json!([rows, wide]);
+                }
+            }),
+            "overflow",
+        ),
+        (
+            "absolute path",
+            Box::new({
+                let secret = secret.display().to_string();
+                move |m| m["shards"][0]["weight"]["file"] = json!(secret)
+            }),
+            "not a relative path inside source_root",
+        ),
+        (
+            "dot-dot path",
+            Box::new(|m| m["shards"][1]["weight"]["file"] = json!("../secret")),
+            "not a relative path inside source_root",
+        ),
+    ];
+    for (what, edit, says) in cases {
+        let mut m = good.clone();
+        edit(&mut m);
+        write(&path, &m);
+        let e = Table::open(&path)
+            .err()
+            .unwrap_or_else(|| panic!("{what}: opened"));
+        assert_eq!(e.kind(), ErrorKind::InvalidFile, "{what}: {e}");
+        let text = e.to_string();
+        assert!(text.contains(says), "{what}: {text}");
+    }
+    // A FIFO is refused at once (the open used to block forever).
+    let mut m = good.clone();
+    m["shards"][0]["weight"]["file"] = json!("fifo");
+    write(&path, &m);
+    let e = Table::open(&path).expect_err("a FIFO opened");
+    assert!(e.to_string().contains("FIFO"), "{e}");
+    // The manifest itself as a FIFO.
+    let fifo_manifest = dir.path().join("fifo-store");
+    std::fs::create_dir(&fifo_manifest).unwrap();
+    mkfifo(&fifo_manifest.join("ple-store.json"));
+    let e = Table::open(fifo_manifest.join("ple-store.json")).expect_err("a FIFO manifest opened");
+    assert!(e.to_string().contains("FIFO"), "{e}");
+}

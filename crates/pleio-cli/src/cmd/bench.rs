@@ -3,14 +3,14 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use pleio::fetch::Strategy;
 use pleio::Layout;
 use pleio_lab::bench::{Arm, Bench, BenchConfig, ColdMode, Machine, Progress, Report};
 use serde_json::{json, Value};
 
 use crate::outfile::{self, write_file, Replace};
-use crate::output::{human_bytes, step_progress};
+use crate::output::{human_bytes, step_progress, InFile};
 use crate::report::{self, CappedRun};
 
 /// Appends one formatted line to a `String`.
@@ -122,8 +122,8 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(cap) = a.mem_cap {
         return run_capped(&a, cap);
     }
-    let mut bench = Bench::open_with(&a.file, &a.layer.options(a.tensor.as_deref()))
-        .with_context(|| a.file.display().to_string())?;
+    let mut bench =
+        Bench::open_with(&a.file, &a.layer.options(a.tensor.as_deref())).in_file(&a.file)?;
     if let Some(b) = a.budget {
         bench = bench.with_cache_budget(b)?;
     }
@@ -142,7 +142,7 @@ pub fn run(a: Args) -> Result<()> {
         bar.set_message(p.phase.to_string());
     });
     bar.finish_and_clear();
-    let report = report.with_context(|| a.file.display().to_string())?;
+    let report = report.in_file(&a.file)?;
     let mut text = String::new();
     print_table(&mut text, &report);
     show(&a, &text);
@@ -170,8 +170,8 @@ fn finish(a: &Args, j: &Value) -> Result<()> {
 /// own capped cgroup (fault's child also measures `limit`).
 fn run_capped(a: &Args, cap: u64) -> Result<()> {
     let version = report::probe_cap(cap)?;
-    let bench = Bench::open_with(&a.file, &a.layer.options(a.tensor.as_deref()))
-        .with_context(|| a.file.display().to_string())?;
+    let bench =
+        Bench::open_with(&a.file, &a.layer.options(a.tensor.as_deref())).in_file(&a.file)?;
     let info = bench.layout();
     drop(bench);
     let mut strategies = vec![Strategy::Fault];

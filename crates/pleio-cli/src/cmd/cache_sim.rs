@@ -13,7 +13,7 @@ use pleio_lab::replay::{ReplayConfig, Replayer};
 use serde_json::json;
 
 use super::rows::Input;
-use crate::output::human_bytes;
+use crate::output::{human_bytes, InFile};
 
 /// Compare the row cache's eviction policies on a token stream: the
 /// stream is mapped to row ids and cut into prefill ubatches and decode
@@ -46,17 +46,16 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let name = a.file.display().to_string();
     let model = Arc::new(Model::open(&a.file)?);
-    let table = Layout::of_ple(&model).with_context(|| name.clone())?;
-    let replayer = Replayer::new(model, table).with_context(|| name.clone())?;
+    let table = Layout::of_ple(&model).in_file(&a.file)?;
+    let replayer = Replayer::new(model, table).in_file(&a.file)?;
     let tokens = a.input.load(replayer.mapper())?;
     let cfg = ReplayConfig {
         ubatch: a.ubatch,
         decode: a.decode,
         ..ReplayConfig::default()
     };
-    let plan = replayer.plan(&tokens, &cfg).with_context(|| name.clone())?;
+    let plan = replayer.plan(&tokens, &cfg).in_file(&a.file)?;
     let gathers: Vec<&[u64]> = plan.ubatches().chain(plan.decode_steps()).collect();
     let mut distinct = plan.rows.clone();
     distinct.sort_unstable();

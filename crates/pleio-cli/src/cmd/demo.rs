@@ -21,7 +21,7 @@ use pleio_lab::bench::{Arm, Bench, BenchConfig, ColdMode, Report};
 use pleio_lab::floor::{Floor, PhaseSamples};
 use pleio_lab::replay::{ReplayConfig, ReplayFloor, ReplayPlan, ReplayReport, Replayer};
 use pleio_lab::synth::SynthSpec;
-use pleio_lab::synth_ckpt::{write_checkpoint, CkptEncoding, CkptSpec};
+use pleio_lab::synth_ckpt::{write_checkpoint_into, CkptEncoding, CkptSpec};
 use serde_json::{json, Value as Json};
 
 use super::rows::corpus_tokens;
@@ -175,9 +175,11 @@ impl DemoTable {
             human_bytes(bytes)
         );
         let bar = byte_progress(bytes, "synth");
-        write_checkpoint(&spec, &self.path, &mut |d| bar.set_position(d))
+        let out = outfile::OutDir::create(&self.path)?;
+        write_checkpoint_into(&spec, out.path(), &self.path, &mut |d| bar.set_position(d))
             .with_context(|| format!("writing {}", self.path.display()))?;
         bar.finish_and_clear();
+        out.commit()?;
         Ok(())
     }
 
@@ -323,9 +325,31 @@ pub fn run(a: Args) -> Result<()> {
         outfile::check(out, Replace::Always)?;
     }
     let dir = cache_dir(a.dir.clone())?;
+    let latency_svg = dir.join("demo-latency.svg");
+    let ubatch_svg = dir.join("demo-ubatches.svg");
+    // Chart paths are checked before the work, not refused at its end.
+    outfile::check_chart(&latency_svg)?;
+    outfile::check_chart(&ubatch_svg)?;
     let table = DemoTable::of(&a, &dir)?;
     table.ensure()?;
     let path = table.path.clone();
+    // `--clean` removes the table whatever happens after it was made.
+    let result = measure(&a, &path, &latency_svg, &ubatch_svg);
+    if a.clean {
+        table.remove()?;
+        println!("removed {}", path.display());
+    } else if result.is_ok() {
+        println!("table:  {} (kept; --clean removes it)", path.display());
+    }
+    result?;
+    eprintln!("demo took {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The demo's measurements, summary, charts and JSON on the table at
+/// `path`.
+fn measure(a: &Args, path: &Path, latency_svg: &Path, ubatch_svg: &Path) -> Result<()> {
+    let path = path.to_path_buf();
     let strategies = a
         .strategies
         .clone()
@@ -441,9 +465,7 @@ pub fn run(a: Args) -> Result<()> {
     }
 
     print_summary(&path, &report, &replays, replay_floor.as_ref(), a.budget);
-    let latency_svg = dir.join("demo-latency.svg");
-    let ubatch_svg = dir.join("demo-ubatches.svg");
-    charts(&report, &replays, &latency_svg, &ubatch_svg)?;
+    charts(&report, &replays, latency_svg, ubatch_svg)?;
     println!(
         "\ncharts: {}\n        {}",
         latency_svg.display(),
@@ -457,13 +479,6 @@ pub fn run(a: Args) -> Result<()> {
         })?;
         println!("json:   {}", out.display());
     }
-    if a.clean {
-        table.remove()?;
-        println!("removed {}", path.display());
-    } else {
-        println!("table:  {} (kept; --clean removes it)", path.display());
-    }
-    eprintln!("demo took {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
 }
 

@@ -14,6 +14,7 @@ use serde_json::json;
 
 use crate::lists::{read_row_list, MAX_ROW_IDS};
 use crate::outfile::{self, OutFile, Replace};
+use crate::output::InFile;
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Format {
@@ -166,8 +167,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     let t = reader.layout();
     // Every id is checked before any output is created.
-    t.check_rows(&rows)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
+    t.check_rows(&rows).in_file(&a.file)?;
     let row_out = reader
         .out_bytes(a.dtype, 1)
         .map(|b| b as u64)

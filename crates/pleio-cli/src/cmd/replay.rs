@@ -16,7 +16,7 @@ use serde_json::{json, Value as Json};
 
 use super::rows::Input;
 use crate::outfile;
-use crate::output::human_bytes;
+use crate::output::{human_bytes, InFile};
 use crate::report;
 
 /// Replay a token stream through the PLE stage: prefill in ubatches, then
@@ -107,11 +107,8 @@ pub fn run(a: Args) -> Result<()> {
         return run_capped(&a, cap);
     }
     let (replayer, tokens, cfg) = setup(&a)?;
-    let name = a.file.display().to_string();
-    let plan = replayer.plan(&tokens, &cfg).with_context(|| name.clone())?;
-    let reps = replayer
-        .run_passes(&plan, &cfg)
-        .with_context(|| name.clone())?;
+    let plan = replayer.plan(&tokens, &cfg).in_file(&a.file)?;
+    let reps = replayer.run_passes(&plan, &cfg).in_file(&a.file)?;
     if let Some(r) = reps.iter().find(|r| r.checksum != reps[0].checksum) {
         bail!(
             "pass {} gathered different floats than pass 1 (checksum {:016x} vs {:016x})",
@@ -153,10 +150,9 @@ fn setup(a: &Args) -> Result<(Replayer, Vec<u32>, ReplayConfig)> {
     let compute = Duration::try_from_secs_f64(a.compute_ms / 1e3)
         .ok()
         .context("--compute-ms must be a non-negative number of milliseconds (at most 2^64 s)")?;
-    let name = a.file.display().to_string();
     let replayer = Replayer::open_with(&a.file, &a.layer.options(None))
         .and_then(|r| r.with_cache(a.budget, a.cache_policy))
-        .with_context(|| name.clone())?;
+        .in_file(&a.file)?;
     let tokens = a.input.load(replayer.mapper())?;
     let cfg = ReplayConfig {
         ubatch: a.ubatch,

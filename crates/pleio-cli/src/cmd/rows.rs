@@ -104,7 +104,7 @@ impl Input {
                 let text = read_bounded_text(path, "--text")?;
                 encode(tok, &text, self.ordinary).with_context(|| path.display().to_string())?
             } else {
-                corpus_orders(tok, self.ordinary, self.orders as usize)?
+                corpus_orders(tok, self.ordinary, self.orders)?
             }
         };
         if tokens.len() > MAX_TOKENS {
@@ -154,7 +154,10 @@ pub fn corpus_tokens(tok: &QwenTokenizer, ordinary: bool) -> Result<Vec<u32>> {
 /// The corpus `orders` times as one stream: first in [`CORPUS`] order, then
 /// in seeded shuffles of its files (seed = the order's number), every file
 /// separated by `<|endoftext|>`.
-pub fn corpus_orders(tok: &QwenTokenizer, ordinary: bool, orders: usize) -> Result<Vec<u32>> {
+///
+/// A stream of more than [`MAX_TOKENS`] tokens is refused before it is
+/// built (`--orders 2^64-1` used to build copies until memory ran out).
+pub fn corpus_orders(tok: &QwenTokenizer, ordinary: bool, orders: u64) -> Result<Vec<u32>> {
     if orders <= 1 {
         return corpus_tokens(tok, ordinary);
     }
@@ -162,11 +165,24 @@ pub fn corpus_orders(tok: &QwenTokenizer, ordinary: bool, orders: usize) -> Resu
         .iter()
         .map(|(name, text)| encode(tok, text, ordinary).with_context(|| format!("corpus/{name}")))
         .collect::<Result<_>>()?;
-    let mut out = Vec::new();
+    // One order: every file plus a separator before each but the first.
+    let per_order = files.iter().map(|f| f.len() as u64 + 1).sum::<u64>();
+    let total = orders
+        .checked_mul(per_order)
+        .map(|t| t - 1)
+        .filter(|&t| t <= MAX_TOKENS as u64);
+    let Some(total) = total else {
+        bail!(
+            "--orders {orders}: {orders} copies of the corpus ({per_order} tokens each) are more \
+             than {MAX_TOKENS} tokens, the most pleio takes (at most {} orders)",
+            (MAX_TOKENS as u64 + 1) / per_order.max(1)
+        );
+    };
+    let mut out = Vec::with_capacity(total as usize);
     for k in 0..orders {
         let mut idx: Vec<usize> = (0..files.len()).collect();
         if k > 0 {
-            let mut rng = pleio_lab::random::Rng::new(k as u64);
+            let mut rng = pleio_lab::random::Rng::new(k);
             for i in (1..idx.len()).rev() {
                 idx.swap(i, rng.below(i as u64 + 1) as usize);
             }

@@ -1,16 +1,17 @@
 //! `pleio synth`: write a synthetic model file.
 
-use std::io::BufWriter;
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
+use pleio::gguf::Sink;
 use pleio::ngram::released::{GEMMA_VOCAB, QWEN_FULL_ROWS};
 use pleio::quant::GgmlType;
 use pleio_lab::synth::{Arch, SynthSpec};
-use pleio_lab::synth_ckpt::{write_checkpoint, CkptEncoding, CkptSpec, ShardRows};
+use pleio_lab::synth_ckpt::{write_checkpoint_into, CkptEncoding, CkptSpec, ShardRows};
 
-use crate::outfile::{self, OutFile, Replace};
+use crate::outfile::{self, OutDir, OutFile, Replace};
 use crate::output::{byte_progress, human_bytes};
 
 /// Default qwen4exp rows: 16 Mi rows, 1.41 GiB of IQ4_NL.
@@ -95,7 +96,7 @@ pub struct Args {
     #[arg(long)]
     sparse: bool,
     /// Overwrite an existing output file (only if no other writer replaced
-    /// it while this one ran).
+    /// it while this one ran). A checkpoint directory is never replaced.
     #[arg(long)]
     force: bool,
     /// Output file, written under a temporary name beside it and renamed
@@ -162,11 +163,17 @@ pub fn run(a: Args) -> Result<()> {
         .try_clone()
         .with_context(|| format!("writing {}", a.output.display()))?;
     let bar = byte_progress(table_bytes, "synth");
-    let sink = spec
-        .write(BufWriter::with_capacity(4 << 20, file), &mut |done| {
-            bar.set_position(done)
-        })
-        .with_context(|| format!("writing {}", a.output.display()))?;
+    let buffered = BufWriter::with_capacity(4 << 20, file);
+    let mut progress = |done| bar.set_position(done);
+    // A pipe, a FIFO or a device cannot seek or be truncated: the file is
+    // streamed front to back (holes written as zeros).
+    let sink = if kind == outfile::Kind::File {
+        spec.write(buffered, &mut progress)
+    } else {
+        spec.write(Forward::new(buffered), &mut progress)
+            .map(|f| f.out)
+    }
+    .with_context(|| format!("writing {}", a.output.display()))?;
     bar.finish_and_clear();
     let file = sink
         .into_inner()
@@ -205,9 +212,6 @@ fn run_checkpoint(a: Args) -> Result<()> {
     }
     if a.ty.is_some() {
         bail!("--type is for GGUF files; checkpoints take --encoding");
-    }
-    if a.force {
-        bail!("--format safetensors never replaces an existing directory (no --force)");
     }
     let encoding = CkptEncoding::from_name(&a.encoding).with_context(|| {
         format!(
@@ -253,10 +257,14 @@ fn run_checkpoint(a: Args) -> Result<()> {
     if !a.sparse {
         check_free_space(&a.output, table_bytes)?;
     }
+    let out = OutDir::create(&a.output)?;
     let bar = byte_progress(table_bytes, "synth");
-    let summary = write_checkpoint(&spec, &a.output, &mut |done| bar.set_position(done))
-        .with_context(|| format!("writing {}", a.output.display()))?;
+    let summary = write_checkpoint_into(&spec, out.path(), &a.output, &mut |done| {
+        bar.set_position(done)
+    })
+    .with_context(|| format!("writing {}", a.output.display()))?;
     bar.finish_and_clear();
+    out.commit()?;
     let per_layer: Vec<String> = layout
         .layers
         .iter()
@@ -295,4 +303,102 @@ fn check_free_space(output: &std::path::Path, need: u64) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A forward-only [`Sink`] over a stream that cannot seek (a pipe, a FIFO,
+/// a terminal, `/dev/null`): a forward seek or a longer length writes
+/// zeros; a backward seek or a truncation is an error (the GGUF writer
+/// never asks for one).
+struct Forward<W: Write> {
+    out: W,
+    pos: u64,
+}
+
+impl<W: Write> Forward<W> {
+    fn new(out: W) -> Forward<W> {
+        Forward { out, pos: 0 }
+    }
+
+    fn zeros(&mut self, mut n: u64) -> io::Result<()> {
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        while n > 0 {
+            let k = n.min(ZEROS.len() as u64) as usize;
+            self.write_all(&ZEROS[..k])?;
+            n -= k as u64;
+        }
+        Ok(())
+    }
+}
+
+impl<W: Write> Write for Forward<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+impl<W: Write> Seek for Forward<W> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let target = match to {
+            SeekFrom::Start(t) => Some(t),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+            SeekFrom::End(_) => None,
+        };
+        match target {
+            Some(t) if t >= self.pos => {
+                self.zeros(t - self.pos)?;
+                Ok(self.pos)
+            }
+            _ => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "cannot seek backwards in a stream",
+            )),
+        }
+    }
+}
+
+impl<W: Write> Sink for Forward<W> {
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        match len.checked_sub(self.pos) {
+            Some(n) => self.zeros(n),
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "cannot truncate a stream",
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::File;
+
+    #[test]
+    fn a_forward_sink_gets_the_bytes_a_file_gets() {
+        let spec = SynthSpec {
+            sparse: true,
+            ..SynthSpec::qwen(GgmlType::Q8_0, 2000, 7)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.gguf");
+        let f = spec
+            .write(File::create(&path).unwrap(), &mut |_| {})
+            .unwrap();
+        drop(f);
+        let streamed = spec
+            .write(Forward::new(Vec::new()), &mut |_| {})
+            .unwrap()
+            .out;
+        assert_eq!(streamed, std::fs::read(&path).unwrap());
+        let mut f = Forward::new(Vec::new());
+        f.write_all(b"abc").unwrap();
+        assert!(f.seek(SeekFrom::Start(1)).is_err());
+        assert!(f.set_len(2).is_err());
+    }
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::rows::{encode, tokenizer_for};
 use crate::lists::{read_bounded_text, read_row_list, MAX_ROW_IDS};
-use crate::output::{human_bytes, step_progress};
+use crate::output::{human_bytes, step_progress, InFile};
 
 /// Prewarm a table from a profile: the row ids of the profile's texts
 /// (each file its own sequence) ranked by how often they occur, hottest
@@ -89,7 +89,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut table = a
         .layer
         .open(&a.file, None)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?
+        .in_file(&a.file)?
         .with_strategy(a.strategy);
     if a.strategy == Strategy::Cached {
         table = table.with_budget(a.budget)?;
@@ -106,7 +106,20 @@ pub fn run(a: Args) -> Result<()> {
         bail!("the profile has no rows");
     }
     let held_out = match &a.held_out_rows {
-        Some(p) => row_file(p)?,
+        Some(p) => {
+            let ids = row_file(p)?;
+            // An id past the table would count as "not covered" and skew
+            // the share without a word: refuse it, naming it.
+            let rows = table.rows();
+            if let Some((i, id)) = ids.iter().enumerate().find(|(_, &id)| id >= rows) {
+                bail!(
+                    "{}: row id {id} (entry {}) is out of range: the table has {rows} rows",
+                    p.display(),
+                    i + 1
+                );
+            }
+            ids
+        }
         None if !a.held_out_text.is_empty() => text_rows(&mapper()?, &a.held_out_text)?,
         None => Vec::new(),
     };

@@ -1,16 +1,22 @@
-//! A fixed-size map from row ids to slot numbers over a caller's key array:
-//! open addressing with linear probing and backward-shift deletion,
-//! allocated once.
+//! A map from row ids to slot numbers over a caller's key array: open
+//! addressing with linear probing and backward-shift deletion.
 //!
-//! The row cache needs its memory known before it holds a single row, so
-//! this table never grows: it is sized for a maximum number of entries when
-//! built ([`Index::bytes_for`]) with the load at most 3/4. A bucket holds
-//! only a slot number plus one (4 bytes, 0 = empty, so a fresh table is
-//! zeroed memory the OS maps lazily); the row id is the caller's
-//! `keys[slot]`, which the cache keeps anyway to know what it evicts.
+//! The row cache needs its memory bounded before it holds a single row, so
+//! this table is sized for a maximum number of entries when built
+//! ([`Index::bytes_for`]) with the load at most 3/4; but it starts small
+//! and doubles as entries arrive, up to that size, so an unused budget
+//! costs nothing (a hash table's inserts land on random pages: a table
+//! allocated whole for a 1 TiB budget took 5 GB of resident memory to
+//! index 110 MB of rows). A bucket holds only a slot number plus one (4
+//! bytes, 0 = empty, so a fresh table is zeroed memory the OS maps
+//! lazily); the row id is the caller's `keys[slot]`, which the cache keeps
+//! anyway to know what it evicts.
 
 /// Marks an empty bucket.
 const EMPTY: u32 = 0;
+
+/// Buckets of a new index (when its capacity allows that many): 16 KiB.
+const FIRST_BUCKETS: usize = 4096;
 
 /// Row id -> slot for at most `capacity` entries, keys in `keys[slot]`.
 #[derive(Debug, Clone)]
@@ -35,16 +41,59 @@ pub(crate) fn mix(key: u64) -> u64 {
 impl Index {
     /// An empty index for at most `capacity` entries.
     pub(crate) fn new(capacity: usize) -> Index {
+        let full = buckets_for(capacity);
+        // The largest `full >> k` not above FIRST_BUCKETS (or `full`), so
+        // every size it grows through is `full >> j`.
+        let mut first = full;
+        while first > FIRST_BUCKETS {
+            first = first.div_ceil(2);
+        }
         Index {
-            buckets: vec![EMPTY; buckets_for(capacity)],
+            buckets: vec![EMPTY; first],
             len: 0,
             capacity,
         }
     }
 
-    /// Bytes an index for `capacity` entries allocates.
+    /// The most an index for `capacity` entries allocates at once: its
+    /// full table plus the half-size one it grew from.
     pub(crate) fn bytes_for(capacity: usize) -> u64 {
-        buckets_for(capacity) as u64 * 4
+        let full = buckets_for(capacity) as u64;
+        let before = if full as usize > FIRST_BUCKETS {
+            full.div_ceil(2)
+        } else {
+            0
+        };
+        (full + before) * 4
+    }
+
+    /// Buckets allocated now.
+    #[cfg(test)]
+    pub(crate) fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Doubles the table (up to its full size) when one more entry would
+    /// load it past 3/4, rehashing every entry from `keys`.
+    fn grow_for_one_more(&mut self, keys: &[u64]) {
+        let full = buckets_for(self.capacity);
+        let n = self.buckets.len();
+        if n >= full || (self.len + 1).saturating_mul(4) <= n.saturating_mul(3) {
+            return;
+        }
+        // Sizes run full >> k ..= full: the next one up.
+        let mut next = full;
+        while next.div_ceil(2) > n {
+            next = next.div_ceil(2);
+        }
+        let old = std::mem::replace(&mut self.buckets, vec![EMPTY; next]);
+        for s in old.into_iter().filter(|&s| s != EMPTY) {
+            let mut i = self.home(keys[s as usize - 1]);
+            while self.buckets[i] != EMPTY {
+                i = self.step(i);
+            }
+            self.buckets[i] = s;
+        }
     }
 
     #[inline]
@@ -86,6 +135,7 @@ impl Index {
         if self.len >= self.capacity || slot == u32::MAX {
             return false;
         }
+        self.grow_for_one_more(keys);
         let mut i = self.home(key);
         while self.buckets[i] != EMPTY {
             i = self.step(i);
@@ -140,7 +190,7 @@ impl Index {
         self.len
     }
 
-    /// Forgets every entry (keeps the allocation).
+    /// Forgets every entry (keeps the allocation as grown so far).
     pub(crate) fn clear(&mut self) {
         self.buckets.fill(EMPTY);
         self.len = 0;
@@ -151,6 +201,39 @@ impl Index {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn grows_with_its_entries_not_its_capacity() {
+        // A capacity of 10^8 entries (a 1 TiB budget's worth of slots per
+        // shard and more) starts at 16 KiB of buckets.
+        let cap = 100_000_000;
+        let mut ix = Index::new(cap);
+        assert!(ix.buckets() <= FIRST_BUCKETS, "{}", ix.buckets());
+        let n = 50_000usize;
+        let keys: Vec<u64> = (0..n as u64).map(|k| k * 7919 + 3).collect();
+        for (slot, &k) in keys.iter().enumerate() {
+            assert!(ix.insert(k, slot as u32, &keys));
+        }
+        // Grown to hold them at load <= 3/4, nowhere near the full size.
+        assert!(
+            ix.buckets() * 3 >= n * 4 && ix.buckets() <= 4 * n,
+            "{}",
+            ix.buckets()
+        );
+        for (slot, &k) in keys.iter().enumerate() {
+            assert_eq!(ix.get(k, &keys), Some(slot as u32));
+        }
+        assert_eq!(ix.get(1, &keys), None);
+        // A small capacity never grows past its full size.
+        let mut small = Index::new(10);
+        let keys: Vec<u64> = (100..110).collect();
+        for (slot, &k) in keys.iter().enumerate() {
+            assert!(small.insert(k, slot as u32, &keys));
+        }
+        assert_eq!(small.buckets(), buckets_for(10));
+        assert!(!small.insert(5, 0, &keys));
+        assert!(Index::bytes_for(cap) >= buckets_for(cap) as u64 * 4);
+    }
 
     #[test]
     fn agrees_with_a_hash_map_under_churn() {
@@ -209,8 +292,15 @@ mod tests {
     #[test]
     fn size_is_known_before_use() {
         for cap in [0usize, 1, 2, 3, 100, 1000, 12345] {
-            let ix = Index::new(cap);
-            assert_eq!(Index::bytes_for(cap), ix.buckets.len() as u64 * 4);
+            let mut ix = Index::new(cap);
+            assert!(Index::bytes_for(cap) >= ix.buckets.len() as u64 * 4);
+            // Filled to capacity: at its full size, within the bound, load
+            // at most 3/4.
+            let keys: Vec<u64> = (0..cap as u64).collect();
+            for (slot, &k) in keys.iter().enumerate() {
+                assert!(ix.insert(k, slot as u32, &keys));
+            }
+            assert!(Index::bytes_for(cap) >= ix.buckets.len() as u64 * 4);
             assert!(ix.buckets.len() * 3 >= cap * 4, "load at most 3/4");
         }
     }

@@ -69,6 +69,17 @@ pub enum CacheError {
         /// The smallest budget that works.
         need: u64,
     },
+    /// The budget is more than this machine's physical memory: the cache
+    /// could never hold it, and its bookkeeping would be sized for it.
+    #[error(
+        "a row cache budget of {budget} bytes is more than this machine's {memory} bytes of memory"
+    )]
+    BudgetTooLarge {
+        /// The budget asked for.
+        budget: u64,
+        /// The machine's physical memory.
+        memory: u64,
+    },
 }
 
 /// How a budget is spent.
@@ -113,6 +124,13 @@ impl Sizing {
         align: usize,
         policy: CachePolicy,
     ) -> Result<Sizing, CacheError> {
+        let memory = match crate::sys::machine().1 {
+            0 => isize::MAX as u64,
+            m => m.min(isize::MAX as u64),
+        };
+        if budget > memory {
+            return Err(CacheError::BudgetTooLarge { budget, memory });
+        }
         let align = align.max(1).next_power_of_two();
         let a = align as u64;
         let rb = row_bytes.max(1) as u64;
@@ -577,9 +595,21 @@ mod tests {
     }
 
     #[test]
+    fn a_budget_beyond_the_machines_memory_is_refused() {
+        // u64::MAX aborted (a failed allocation of the slots).
+        for budget in [u64::MAX, 1 << 62] {
+            let e = Sizing::for_budget(budget, 90, 4096, CachePolicy::Sieve).unwrap_err();
+            assert!(matches!(e, CacheError::BudgetTooLarge { .. }), "{e}");
+            assert!(e.to_string().contains("memory"), "{e}");
+        }
+    }
+
+    #[test]
     fn a_budget_below_one_row_and_its_staging_is_refused() {
         let e = Sizing::for_budget(4096, 90, 4096, CachePolicy::Sieve).unwrap_err();
-        let CacheError::BudgetTooSmall { need, .. } = e;
+        let CacheError::BudgetTooSmall { need, .. } = e else {
+            panic!("{e}");
+        };
         assert!(need > 4096);
         assert!(Sizing::for_budget(need, 90, 4096, CachePolicy::Sieve).is_ok());
         assert!(Sizing::for_budget(need - 1, 90, 4096, CachePolicy::Sieve).is_err());

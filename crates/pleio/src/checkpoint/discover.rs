@@ -1,10 +1,9 @@
 //! Finding the PLE table among a checkpoint's tensors.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use super::config::NgramConfig;
+use super::config::{ConfigError, NgramConfig};
 use super::{
     manifest, CheckpointError, CheckpointTable, NgramBuffers, Shard, ShardPart, TableKind,
     TableSource, CONFIG_FILE_NAME,
@@ -116,7 +115,7 @@ impl Catalog {
     /// Reads a small tensor's bytes.
     fn read_small(&mut self, file: usize, t: &TensorInfo) -> Result<Vec<u8>, CheckpointError> {
         let path = self.files[file].clone();
-        let mut f = File::open(&path).map_err(|source| CheckpointError::Io {
+        let mut f = crate::sys::open_regular(&path).map_err(|source| CheckpointError::Io {
             path: path.clone(),
             source,
         })?;
@@ -462,6 +461,16 @@ fn qwen_table(
             count,
         });
     }
+    // A config may claim more shards than the checkpoint names: the first
+    // one missing is the error, before anything is sized by the claim.
+    if count > max_found + 1 {
+        let i = max_found + 1;
+        return Err(CheckpointError::MissingShard {
+            index: i,
+            count,
+            expected: shard_tensor(&prefix, spelling, i, "weight"),
+        });
+    }
     // Now count <= max_found + 1 <= the number of names: bounded.
     let mut shards = Vec::with_capacity(count);
     for i in 0..count {
@@ -751,6 +760,17 @@ pub(super) fn check_config(t: &CheckpointTable, shard_count: usize) -> Result<()
         source,
     };
     let index = t.ple_layer_index()?;
+    // Cheap bounds from the file before any derivation: the heads hold at
+    // least `n_heads` rows of `ngram_vocab_size_base` each, and the prime
+    // search walks `(index + 1) * n_heads` primes.
+    let n_heads = c.n_heads().map_err(cfg)? as u64;
+    let at_least = c.ngram_vocab_size_base.saturating_mul(n_heads);
+    if at_least > t.rows {
+        return Err(cfg(ConfigError::Derivation(format!(
+            "ngram_vocab_size_base {} times {n_heads} heads is at least {at_least} rows, more than the table's {}",
+            c.ngram_vocab_size_base, t.rows
+        ))));
+    }
     let rows = c.table_rows(index).map_err(cfg)?;
     if rows != t.rows {
         return Err(CheckpointError::ConfigMismatch {

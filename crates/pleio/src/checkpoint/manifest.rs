@@ -13,7 +13,10 @@
 //! ```
 //!
 //! `source_root` (default: the manifest's directory; relative to it when
-//! relative) is joined to each `file`. Every range is checked against its
+//! relative) is joined to each `file`, which must be a relative path of
+//! plain components (no `..`, not absolute) naming a regular file: a
+//! manifest reads nothing outside its `source_root`, and a FIFO or device
+//! is refused without blocking. Every range is checked against its
 //! file's size, every shape and dtype against the encoding, and the shards
 //! must tile `0..row_count` in order. `quantization` null means unquantized
 //! rows (`weight` only, BF16/F16/F32). The other layout, `interleaved_q4`
@@ -200,16 +203,35 @@ pub(super) fn open(path: &Path, want: Option<u64>) -> Result<CheckpointTable, Ch
                     s.row_count
                 )));
             }
-            let row_bytes = width * want_dtype.size().expect("whole-byte dtypes");
+            let row_bytes = want_dtype
+                .size()
+                .and_then(|s| width.checked_mul(s))
+                .filter(|&b| b > 0 && usize::try_from(b).is_ok())
+                .ok_or_else(|| {
+                    fail(format!(
+                        "{}: rows of {width} {want_dtype} elements overflow",
+                        what()
+                    ))
+                })?;
+            if !crate::safetensors::is_plain_relative(&r.file) {
+                return Err(fail(format!(
+                    "{}: file {:?} is not a relative path inside source_root {}",
+                    what(),
+                    r.file,
+                    root.display()
+                )));
+            }
             let file = root.join(&r.file);
             let (id, size) = match sizes.get(&file) {
                 Some(&v) => v,
                 None => {
-                    let len = std::fs::metadata(&file)
-                        .map_err(|source| CheckpointError::Io {
-                            path: file.clone(),
-                            source,
-                        })?
+                    let io = |source| CheckpointError::Io {
+                        path: file.clone(),
+                        source,
+                    };
+                    let len = crate::sys::open_regular(&file)
+                        .and_then(|f| f.metadata())
+                        .map_err(io)?
                         .len();
                     files.push(file.clone());
                     sizes.insert(file.clone(), (files.len() - 1, len));

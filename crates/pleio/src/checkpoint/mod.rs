@@ -306,7 +306,7 @@ pub enum CheckpointError {
         expected: u64,
     },
     /// The n-gram parameters need a `config.json` the checkpoint lacks.
-    #[error("no config.json beside the checkpoint: the n-gram parameters (eos_token_id, ...) are unknown")]
+    #[error("no config.json holding `ngram_size` beside the checkpoint (none, or a config without the n-gram keys): the n-gram parameters (eos_token_id, ...) are unknown")]
     NoConfig,
     /// The derived n-gram parameters do not fit the table.
     #[error(transparent)]

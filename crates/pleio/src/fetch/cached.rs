@@ -261,7 +261,7 @@ impl CachedReader {
                         .map_err(|e| e.to_string())?;
                     p.fallback = true;
                     let path = path_of(index)?;
-                    let file = File::open(path)
+                    let file = crate::sys::open_regular(path)
                         .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
                     Ok(RowFile {
                         index,

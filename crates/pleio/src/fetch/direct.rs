@@ -105,7 +105,7 @@ impl Backends {
     fn file(&self, f: &FileBackends) -> Result<Arc<File>, String> {
         f.file
             .get_or_init(|| {
-                File::open(&f.path)
+                crate::sys::open_regular(&f.path)
                     .map(|file| {
                         crate::sys::random_reads(&file);
                         Arc::new(file)

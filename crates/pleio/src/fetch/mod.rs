@@ -559,7 +559,7 @@ impl Table {
                     source,
                 })
             };
-            let file = std::fs::File::open(f).map_err(io)?;
+            let file = crate::sys::open_regular(f).map_err(io)?;
             maps.push(Mapping::map(&file).map_err(io)?);
         }
         let paths = table.files.clone();

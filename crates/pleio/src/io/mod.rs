@@ -148,7 +148,7 @@ pub trait ReadBackend: Send + Sync {
 
 /// Open `path` read-only for random reads (readahead off).
 fn open(path: &std::path::Path) -> Result<File, IoError> {
-    let file = File::open(path).map_err(|source| IoError::Open {
+    let file = crate::sys::open_regular(path).map_err(|source| IoError::Open {
         path: path.to_path_buf(),
         error: source,
     })?;

@@ -106,7 +106,7 @@ impl SafetensorsFile {
     pub fn open(path: &Path) -> Result<SafetensorsFile, SafetensorsError> {
         let read = || -> Result<SafetensorsFile, SafetensorsError> {
             let io = |e| SafetensorsError::io(None, e);
-            let mut f = File::open(path).map_err(io)?;
+            let mut f = crate::sys::open_regular(path).map_err(io)?;
             let file_size = f.metadata().map_err(io)?.len();
             let mut len = [0u8; 8];
             let got = read_up_to(&mut f, &mut len).map_err(io)?;

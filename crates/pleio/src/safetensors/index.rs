@@ -117,7 +117,7 @@ impl WeightIndex {
 }
 
 /// True if `p` is a non-empty relative path of normal components only.
-fn is_plain_relative(p: &str) -> bool {
+pub(crate) fn is_plain_relative(p: &str) -> bool {
     let path = Path::new(p);
     !p.is_empty() && path.components().all(|c| matches!(c, Component::Normal(_)))
 }
@@ -126,7 +126,7 @@ fn is_plain_relative(p: &str) -> bool {
 /// `InvalidData` error.
 pub(crate) fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    let f = std::fs::File::open(path)?;
+    let f = crate::sys::open_regular(path)?;
     let mut buf = Vec::new();
     f.take(max + 1).read_to_end(&mut buf)?;
     if buf.len() as u64 > max {

@@ -25,7 +25,7 @@ mod index;
 mod writer;
 
 pub use header::{SafetensorsFile, TensorInfo};
-pub(crate) use index::read_bounded;
+pub(crate) use index::{is_plain_relative, read_bounded};
 pub use index::{WeightIndex, INDEX_FILE_NAME, MAX_INDEX_LEN};
 pub use writer::SafetensorsWriter;
 
@@ -156,6 +156,17 @@ impl Dtype {
     }
 }
 
+/// A header's first byte in words: `0xEF` (with a hint for a UTF-8
+/// byte-order mark), or that the header is empty.
+fn first_byte(first: Option<u8>) -> String {
+    match first {
+        None => "the header is empty".into(),
+        Some(0xEF) => "first byte 0xEF: a UTF-8 byte-order mark?".into(),
+        Some(b) if b.is_ascii_graphic() => format!("first byte 0x{b:02X} '{}'", b as char),
+        Some(b) => format!("first byte 0x{b:02X}"),
+    }
+}
+
 impl fmt::Display for Dtype {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -223,7 +234,7 @@ pub enum SafetensorsError {
         valid_up_to: usize,
     },
     /// The header does not start with `{`.
-    #[error("header does not start with '{{' (first byte {first:?})")]
+    #[error("header does not start with '{{' ({})", first_byte(*.first))]
     HeaderNotObject {
         /// The first header byte, if any.
         first: Option<u8>,

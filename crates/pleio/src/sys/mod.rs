@@ -66,6 +66,48 @@ pub fn free_bytes(path: &Path) -> Option<u64> {
     base::free_bytes(path)
 }
 
+/// Opens `path` for reading only if it is a regular file: opened without
+/// blocking (`O_NONBLOCK`, so a FIFO or a device cannot hang the open),
+/// checked with `fstat`, then switched back to blocking reads. A FIFO, a
+/// socket, a device or a directory is an `InvalidInput` error saying what
+/// it is. Every table file pleio opens goes through here.
+pub fn open_regular(path: &Path) -> std::io::Result<File> {
+    let file = base::open_nonblocking(path)?;
+    let ty = file.metadata()?.file_type();
+    if ty.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "is a directory",
+        ));
+    }
+    if !ty.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("is {}, not a regular file", file_kind(&ty)),
+        ));
+    }
+    base::set_blocking(&file)?;
+    Ok(file)
+}
+
+/// What kind of file `ty` is, in words.
+fn file_kind(ty: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if ty.is_fifo() {
+            return "a FIFO";
+        }
+        if ty.is_socket() {
+            return "a socket";
+        }
+        if ty.is_char_device() || ty.is_block_device() {
+            return "a device";
+        }
+    }
+    "a special file"
+}
+
 /// Major page faults taken so far by the calling thread
 /// (`getrusage(RUSAGE_THREAD)`), or `None` where the OS cannot tell.
 ///

@@ -124,3 +124,11 @@ pub(super) fn map_shared_read_only(_file: &File, _len: usize) -> io::Result<*mut
 pub(super) unsafe fn unmap(_run: MemRun) -> io::Result<()> {
     Ok(())
 }
+
+pub(super) fn open_nonblocking(path: &Path) -> io::Result<File> {
+    File::open(path)
+}
+
+pub(super) fn set_blocking(_file: &File) -> io::Result<()> {
+    Ok(())
+}
