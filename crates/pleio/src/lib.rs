@@ -18,34 +18,58 @@
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+// Without `internals`, the items only the lab and the tests use are unused.
+#![cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
 
 mod error;
 mod open;
 mod output;
 
-pub mod cache;
-pub mod checkpoint;
-pub mod fetch;
-pub mod gguf;
-pub mod io;
-pub mod layout;
-pub mod lookahead;
-#[allow(unsafe_code)] // the mapping: raw pointers into mapped file bytes
-pub mod map;
-pub mod model;
-pub mod ngram;
-pub mod page_plan;
-pub mod quant;
-pub mod safetensors;
-#[allow(unsafe_code)] // the OS layer: every system call
-pub mod sys;
-#[cfg(feature = "tokenizer")]
-pub mod tokenizer;
+// The engine's internals: public with the `internals` feature (the lab, the
+// CLI, the benches, the fuzz targets and the tests enable it), private
+// without. An engine uses the façade re-exported below.
+macro_rules! internal_mods {
+    ($($(#[$attr:meta])* $name:ident;)*) => {$(
+        $(#[$attr])*
+        #[cfg(feature = "internals")]
+        pub mod $name;
+        $(#[$attr])*
+        #[cfg(not(feature = "internals"))]
+        mod $name;
+    )*};
+}
 
+internal_mods! {
+    cache;
+    checkpoint;
+    fetch;
+    gguf;
+    io;
+    layout;
+    #[allow(unsafe_code)] // the mapping: raw pointers into mapped file bytes
+    map;
+    model;
+    ngram;
+    page_plan;
+    quant;
+    safetensors;
+    #[allow(unsafe_code)] // the OS layer: every system call
+    sys;
+    #[cfg(feature = "tokenizer")]
+    tokenizer;
+}
+
+#[cfg(feature = "internals")]
 pub use cache::CachePolicy;
 pub use error::{Error, ErrorKind, Result};
+#[cfg(feature = "internals")]
+pub use fetch::lookahead;
+pub use fetch::lookahead::{Prefetch, Prefetched};
 pub use fetch::{GatherStats, GatherTotals, Strategy, Table};
-pub use layout::{Layout, RowId};
+#[cfg(feature = "internals")]
+pub use layout::Layout;
+pub use layout::RowId;
+pub use ngram::{ModelRows, OwnedSequence, RowMapper};
 pub use open::OpenOptions;
 pub use output::{Dtype, Rounding};
 

@@ -34,6 +34,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::error::{Error, ErrorKind};
 use crate::gguf::{Metadata, Value};
 use crate::layout::Layout;
 use crate::model::Model;
@@ -1003,6 +1004,12 @@ impl RowMapper for Gemma4Rows {
             *o = u64::from(t);
         }
         Ok(())
+    }
+}
+
+impl From<NgramError> for Error {
+    fn from(e: NgramError) -> Error {
+        Error::new(ErrorKind::RowIds, e)
     }
 }
 
