@@ -18,8 +18,18 @@
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
-// Without `internals`, the items only the lab and the tests use are unused.
-#![cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
+// Without `internals`, the items only the lab and the tests use are unused,
+// and the names clippy accepts in public enums (`Value::Array`,
+// safetensors' `BOOL`) are flagged in private ones.
+#![cfg_attr(
+    not(feature = "internals"),
+    allow(
+        dead_code,
+        unused_imports,
+        clippy::enum_variant_names,
+        clippy::upper_case_acronyms
+    )
+)]
 
 mod error;
 mod open;
