@@ -173,7 +173,7 @@ pub struct Machine {
 impl Machine {
     /// Describes this machine (fields the OS does not tell stay empty).
     pub fn detect() -> Machine {
-        let (cpu, mem_bytes, kernel) = sys::machine();
+        let (cpu, mem_bytes, kernel) = crate::os::machine();
         Machine {
             cpu,
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -184,7 +184,7 @@ impl Machine {
     }
 }
 
-pub use pleio::sys::{peak_rss, process_read_bytes as proc_read_bytes, reset_peak_rss};
+pub use crate::os::{peak_rss, process_read_bytes as proc_read_bytes, reset_peak_rss};
 
 /// A buffer too large for this machine, refused before allocating it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

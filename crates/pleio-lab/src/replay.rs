@@ -775,7 +775,7 @@ impl ProcSample {
     pub fn now() -> ProcSample {
         ProcSample {
             read_bytes: bench::proc_read_bytes(),
-            process_major_faults: sys::process_major_faults(),
+            process_major_faults: crate::os::process_major_faults(),
         }
     }
 

@@ -10,11 +10,19 @@
 //! # Ok::<(), pleio::Error>(())
 //! ```
 //!
-//! Data flows one way: token ids become row ids ([`ngram`]), row ids are
-//! planned into page advice ([`page_plan`]) or read spans ([`io`]), a
-//! [`Strategy`] fetches the bytes ([`fetch`]), and a decoder ([`quant`])
-//! writes them as the [`Dtype`] asked for. Only [`sys`], [`map`], the
-//! io_uring backend and the SIMD kernels may use `unsafe`.
+//! The API: [`Table`] (opened by [`Table::open`] or [`OpenOptions`]),
+//! [`Table::gather`] / [`Table::gather_as`] as a [`Dtype`] with a
+//! [`Strategy`] and a [`Rounding`] rule, [`Table::prefetch`] for the next
+//! batch, [`GatherStats`] / [`GatherTotals`], one [`Error`], and token ids
+//! to row ids ([`Table::row_ids`], [`OwnedSequence`]).
+//!
+//! Inside, data flows one way: token ids become row ids (`ngram`), row ids
+//! are planned into page advice (`page_plan`) or read spans (`io`), a
+//! strategy fetches the bytes (`fetch`), and a decoder (`quant`) writes
+//! them as the dtype asked for. Only `sys`, `map`, the io_uring backend and
+//! the SIMD kernels may use `unsafe`. These modules are public only with
+//! the `internals` feature (pleio's lab, CLI, benches and tests): not an
+//! API.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -65,9 +73,10 @@ internal_mods! {
     safetensors;
     #[allow(unsafe_code)] // the OS layer: every system call
     sys;
-    #[cfg(feature = "tokenizer")]
-    tokenizer;
 }
+
+#[cfg(feature = "tokenizer")]
+pub mod tokenizer;
 
 #[cfg(feature = "internals")]
 pub use cache::CachePolicy;
