@@ -29,9 +29,9 @@ cargo check -q -p pleio-py --lib
 now=$(mktemp)
 trap 'rm -f "$now"' EXIT
 # Default features: what an engine sees.
-PATH="$ROOT/bin:$PATH" cargo public-api --package pleio --simplified -q >"$now"
+PATH="$ROOT/bin:$PATH" cargo public-api --package pleio -ss -q >"$now"
 count=$(grep -c . "$now" || true)
-echo "pleio public items (cargo public-api --simplified, default features): $count"
+echo "pleio public items (cargo public-api -ss: no auto-trait or blanket impls; default features): $count"
 
 if [ "${1:-}" = "--bless" ]; then
     cp "$now" "$SNAPSHOT"

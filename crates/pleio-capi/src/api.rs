@@ -6,11 +6,9 @@
 use std::cell::RefCell;
 use std::ffi::{c_char, CString};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use pleio::{
-    GatherStats, OpenOptions, OwnedSequence, Prefetch, Rounding, RowId, RowMapper, Strategy, Table,
-};
+use pleio::{GatherStats, OpenOptions, OwnedSequence, Prefetch, Rounding, RowId, Strategy, Table};
 
 pub use pleio::Dtype;
 
@@ -196,8 +194,8 @@ pub fn open_ex(path: &Path, o: &OpenEx<'_>) -> Result<usize, Failure> {
 
 /// Registers an open table; returns its handle token.
 fn register(table: Table) -> Result<usize, Failure> {
-    let (arch, rows_per_token) = match table.row_ids() {
-        Ok(r) => (r.architecture(), r.rows_per_token() as u64),
+    let (arch, rows_per_token) = match table.sequence() {
+        Ok(s) => (s.architecture(), s.rows_per_token() as u64),
         Err(_) => ("", 0),
     };
     let names = [
@@ -320,9 +318,8 @@ impl TableState {
 
     /// A new token stream of this table's row-id mapping; returns its token.
     pub fn sequence(&self) -> Result<usize, Failure> {
-        let rows = Arc::new(self.table.row_ids()?);
         SEQUENCES.insert(SequenceState {
-            seq: Mutex::new(OwnedSequence::new(rows)),
+            seq: Mutex::new(self.table.sequence()?),
         })
     }
 }
@@ -408,7 +405,7 @@ impl SequenceState {
             })
             .collect::<Result<_, _>>()?;
         let mut seq = self.seq.lock().unwrap_or_else(|e| e.into_inner());
-        seq.map_into(&tokens, out).map_err(pleio::Error::from)?;
+        seq.map_into(&tokens, out)?;
         Ok(())
     }
 

@@ -4,14 +4,14 @@
 
 use std::cell::RefCell;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use numpy::{PyArray1, PyArrayMethods, PyUntypedArray};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use pleio::{Dtype, ModelRows, OpenOptions, OwnedSequence, Rounding, RowMapper, Strategy};
+use pleio::{Dtype, OpenOptions, OwnedSequence, Rounding, Strategy};
 
 use crate::convert::{IntSlice, Ints, OutBuf, Target};
 use crate::dlpack::DlView;
@@ -412,8 +412,10 @@ impl Table {
     /// calls, reset by EOS; gemma4: the token is the row). Raises
     /// :class:`pleio.InvalidFileError` when the file has none.
     fn sequence(&self, py: Python<'_>) -> PyResult<Sequence> {
-        let rows = self.table.row_ids().py_err(py)?;
-        Ok(Sequence::new(rows))
+        let seq = self.table.sequence().py_err(py)?;
+        Ok(Sequence {
+            seq: Mutex::new(seq),
+        })
     }
 
     /// Totals of every gather of this table since it was opened (all
@@ -501,14 +503,6 @@ pub struct Sequence {
     seq: Mutex<OwnedSequence>,
 }
 
-impl Sequence {
-    fn new(rows: ModelRows) -> Sequence {
-        Sequence {
-            seq: Mutex::new(OwnedSequence::new(Arc::new(rows))),
-        }
-    }
-}
-
 #[pymethods]
 impl Sequence {
     /// Row ids per token (16 for the released qwen4exp, 1 for gemma4).
@@ -529,9 +523,7 @@ impl Sequence {
         let mut seq = self.seq.lock().unwrap_or_else(|e| e.into_inner());
         let per = seq.rows_per_token();
         let mut rows = Vec::new();
-        seq.map_tokens(&tokens, &mut rows)
-            .map_err(pleio::Error::from)
-            .py_err(py)?;
+        seq.map_tokens(&tokens, &mut rows).py_err(py)?;
         drop(seq);
         let ids: Vec<i64> = rows.into_iter().map(|r| r as i64).collect();
         Ok(PyArray1::from_vec(py, ids)

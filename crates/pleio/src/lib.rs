@@ -14,7 +14,7 @@
 //! [`Table::gather`] / [`Table::gather_as`] as a [`Dtype`] with a
 //! [`Strategy`] and a [`Rounding`] rule, [`Table::prefetch`] for the next
 //! batch, [`GatherStats`] / [`GatherTotals`], one [`Error`], and token ids
-//! to row ids ([`Table::row_ids`], [`OwnedSequence`]).
+//! to row ids ([`Table::sequence`], [`OwnedSequence`]).
 //!
 //! Inside, data flows one way: token ids become row ids (`ngram`), row ids
 //! are planned into page advice (`page_plan`) or read spans (`io`), a
@@ -88,7 +88,9 @@ pub use fetch::{GatherStats, GatherTotals, Strategy, Table};
 #[cfg(feature = "internals")]
 pub use layout::Layout;
 pub use layout::RowId;
-pub use ngram::{ModelRows, OwnedSequence, RowMapper};
+pub use ngram::OwnedSequence;
+#[cfg(feature = "internals")]
+pub use ngram::RowMapper;
 pub use open::OpenOptions;
 pub use output::{Dtype, Rounding};
 

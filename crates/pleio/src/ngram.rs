@@ -818,19 +818,46 @@ pub struct OwnedSequence {
 
 impl OwnedSequence {
     /// A fresh stream of `rows`.
-    pub fn new(rows: Arc<ModelRows>) -> OwnedSequence {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn new(rows: Arc<ModelRows>) -> OwnedSequence {
         let history = rows.qwen().map(QwenNgramParams::new_history);
         OwnedSequence { rows, history }
     }
 
     /// The mapper.
-    pub fn rows(&self) -> &Arc<ModelRows> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn rows(&self) -> &Arc<ModelRows> {
         &self.rows
     }
 
     /// Forgets all predecessors: the next token starts a fresh sequence.
     pub fn reset(&mut self) {
         self.history = self.rows.qwen().map(QwenNgramParams::new_history);
+    }
+
+    /// The model architecture whose mapping this is (`qwen4exp`, `gemma4`).
+    pub fn architecture(&self) -> &'static str {
+        self.rows.architecture()
+    }
+
+    /// Row ids produced per token (16 for the released qwen4exp, 1 for
+    /// gemma4).
+    pub fn rows_per_token(&self) -> usize {
+        RowMapper::rows_per_token(self)
+    }
+
+    /// Writes the row ids of `tokens` into `out`, token-major; `out.len()`
+    /// must equal `tokens.len() * rows_per_token()`. The stream advances
+    /// only on success.
+    pub fn map_into(&mut self, tokens: &[u32], out: &mut [u64]) -> Result<(), Error> {
+        Ok(RowMapper::map_into(self, tokens, out)?)
+    }
+
+    /// Appends the row ids of `tokens` to `out`, token-major (allocating
+    /// only when `out` lacks capacity). On error `out` is left as it was
+    /// and the stream does not advance.
+    pub fn map_tokens(&mut self, tokens: &[u32], out: &mut Vec<u64>) -> Result<(), Error> {
+        Ok(RowMapper::map_tokens(self, tokens, out)?)
     }
 }
 

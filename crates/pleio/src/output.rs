@@ -158,7 +158,8 @@ impl Dtype {
     }
 
     /// Output bytes of one row of `layout` in this type (`None` on overflow).
-    pub fn row_out_bytes(self, layout: &Layout) -> Option<usize> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn row_out_bytes(self, layout: &Layout) -> Option<usize> {
         let elems = usize::try_from(layout.row_elems()).ok()?;
         match self {
             Dtype::F32 => elems.checked_mul(4),

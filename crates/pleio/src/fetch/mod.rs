@@ -51,7 +51,7 @@ use crate::io::IoError;
 use crate::layout::{Layout, RowFormat, RowId, TableError};
 use crate::map::{CopyError, Mapping};
 use crate::model::Model;
-use crate::ngram::{Gemma4Rows, ModelRows};
+use crate::ngram::{Gemma4Rows, ModelRows, OwnedSequence};
 use crate::output::{Decoder, Dtype, Out, Rounding};
 use crate::page_plan::{Bounds, Planner, RowSpan};
 use crate::quant::DecodeError;
@@ -246,8 +246,10 @@ fn display_path(path: &Path) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// What one gather did.
+/// What one gather did. New counters may be added: build one with
+/// `GatherStats::default()` and read its fields.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GatherStats {
     /// Row ids requested (duplicates counted).
     pub rows: u64,
@@ -878,7 +880,8 @@ impl Table {
     /// How this table's token ids map to row ids: the qwen4exp n-gram hash
     /// from the file's metadata, or gemma4's identity. `row_ids()?.sequence()`
     /// maps one token stream, carrying n-gram history across calls.
-    pub fn row_ids(&self) -> Result<ModelRows, Error> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn row_ids(&self) -> Result<ModelRows, Error> {
         match &self.shared.source {
             Source::Model(model) => ModelRows::from_model(model, &self.shared.table)
                 .map_err(|e| Error::from(e).in_file(self.path())),
@@ -890,6 +893,15 @@ impl Table {
                 TableKind::Gemma4 => Ok(ModelRows::Gemma(Gemma4Rows::new(table.rows))),
             },
         }
+    }
+
+    /// A new token stream of this table's row-id mapping (qwen4exp: the
+    /// n-gram hash with the file's constants, history carried across calls,
+    /// reset by EOS; gemma4: the token is the row): map tokens with
+    /// [`OwnedSequence::map_tokens`]. An error
+    /// ([`crate::ErrorKind::RowIds`]) when the file has no mapping.
+    pub fn sequence(&self) -> Result<OwnedSequence, Error> {
+        Ok(OwnedSequence::new(Arc::new(self.row_ids()?)))
     }
 
     /// A background prefetcher over this table with its strategy: hand it
