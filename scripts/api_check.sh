@@ -27,11 +27,23 @@ cargo check -q -p pleio-capi --lib
 cargo check -q -p pleio-py --lib
 
 now=$(mktemp)
-trap 'rm -f "$now"' EXIT
+log=$(mktemp)
+trap 'rm -f "$now" "$log"' EXIT
 # Default features: what an engine sees.
-PATH="$ROOT/bin:$PATH" cargo public-api --package pleio -ss -q >"$now"
-count=$(grep -c . "$now" || true)
-echo "pleio public items (cargo public-api -ss: no auto-trait or blanket impls; default features): $count"
+if ! PATH="$ROOT/bin:$PATH" cargo public-api --package pleio -ss >"$now" 2>"$log"; then
+    cat "$log" >&2
+    exit 1
+fi
+lines=$(grep -c . "$now" || true)
+# Declared items: modules, types, variants, fields, inherent methods,
+# traits and their methods, consts; not impl lines nor the members of
+# trait impls (Clone::clone, Debug::fmt, ...).
+items=$(awk '
+    /^impl/ { in_trait = index($0, " for ") > 0; next }
+    in_trait && /^pub (fn|type|const) / { next }
+    { in_trait = 0; n++ }
+    END { print n + 0 }' "$now")
+echo "pleio public API: $items declared items, $lines lines (cargo public-api -ss, default features)"
 
 if [ "${1:-}" = "--bless" ]; then
     cp "$now" "$SNAPSHOT"

@@ -584,7 +584,7 @@ impl Replayer {
                 Some(p) => {
                     let got = p.wait_into(dst)?;
                     prefill_stats.add(&got.stats);
-                    got.fetch_time
+                    got.fetch_time()
                 }
                 None => {
                     let st = self.reader.gather_with(cfg.strategy, rows, dst)?;

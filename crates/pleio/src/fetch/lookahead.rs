@@ -329,12 +329,32 @@ pub struct Prefetched {
     /// What the worker's gather did (its thread took any faults).
     pub stats: GatherStats,
     /// From `prefetch` until the worker started on the batch.
-    pub queued: Duration,
+    pub(crate) queued: Duration,
     /// The worker's gather time.
-    pub fetch_time: Duration,
+    pub(crate) fetch_time: Duration,
     /// How long the completing caller blocked waiting for the worker (zero
     /// when the batch was ready): the fetch time left exposed.
-    pub waited: Duration,
+    pub(crate) waited: Duration,
+}
+
+impl Prefetched {
+    /// From `prefetch` until the worker started on the batch.
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn queued(&self) -> Duration {
+        self.queued
+    }
+
+    /// The worker's gather time.
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn fetch_time(&self) -> Duration {
+        self.fetch_time
+    }
+
+    /// How long the completing caller blocked waiting for the worker.
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn waited(&self) -> Duration {
+        self.waited
+    }
 }
 
 /// A batch being fetched in the background (see

@@ -120,7 +120,8 @@ impl Strategy {
     }
 
     /// True for the strategies that decode from the mapping only.
-    pub fn is_mapped(self) -> bool {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn is_mapped(self) -> bool {
         matches!(self, Strategy::Fault | Strategy::Advise)
     }
 }
