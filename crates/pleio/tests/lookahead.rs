@@ -340,7 +340,7 @@ fn table_prefetch_checks_ids_now_and_follows_its_handle() {
     let e = table
         .prefetch(&rows, pleio::Dtype::Bf16)
         .unwrap()
-        .wait_into_bytes(&mut vec![0u8; 3])
+        .wait_into_bytes(&mut [0u8; 3])
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::OutputSize);
 
