@@ -275,7 +275,8 @@ mod sealed {
 
 /// An integer type callers hold row ids in: `u64` (the engine's own),
 /// `i64`, `u32`, `i32` (C's `int32_t`/`int64_t`, NumPy arrays). See
-/// [`Layout::rows_from`]; a negative id is out of range.
+/// [`Table::rows_from`](crate::Table::rows_from); a negative id is out of
+/// range.
 pub trait RowId: Copy + sealed::Sealed {
     /// The id as a row number, or the negative value.
     fn to_row(self) -> Result<u64, i64>;

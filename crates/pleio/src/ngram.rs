@@ -806,9 +806,10 @@ impl RowMapper for ModelSequence<'_> {
     }
 }
 
-/// One token stream of a shared [`ModelRows`], owning its mapper: a
-/// [`ModelSequence`] that can live in a handle (a binding's sequence
-/// object, a server's per-request state) instead of borrowing.
+/// One token stream of a table's row-id mapping
+/// ([`Table::sequence`](crate::Table::sequence)), owning its mapper, so it
+/// can live in a handle (a binding's sequence object, a server's
+/// per-request state).
 #[derive(Debug, Clone)]
 pub struct OwnedSequence {
     rows: Arc<ModelRows>,

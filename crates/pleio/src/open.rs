@@ -124,7 +124,7 @@ impl Table {
     ///   `model.safetensors.index.json`, one `.safetensors` file, or an
     ///   mlx-vlm `ple-store.json`: the qwen4exp n-gram table (its row shards
     ///   in shard order, wherever they are) or Gemma 4's
-    ///   `embed_tokens_per_layer.weight` (see [`crate::checkpoint`]).
+    ///   `embed_tokens_per_layer.weight` (see `docs/checkpoints.md`).
     pub fn open(path: impl AsRef<Path>) -> Result<Table, Error> {
         OpenOptions::new().open(path)
     }

@@ -155,7 +155,9 @@ pub struct Lookahead {
 impl Lookahead {
     /// Starts the worker for `reader`, gathering with `strategy`.
     pub fn new(reader: Table, strategy: Strategy) -> Result<Lookahead, LookaheadError> {
-        let reader = reader.with_strategy(strategy);
+        // Without the table's own prefetch worker: a batch never holds the
+        // worker that runs it.
+        let reader = reader.detached().with_strategy(strategy);
         let shared = Arc::new(Shared::default());
         let (tx, rx) = mpsc::channel::<Job>();
         let worker = {

@@ -86,7 +86,7 @@ pub enum Strategy {
     /// `Advise` does), then those rows are decoded from the mapping too.
     Auto,
     /// A row cache in pleio's own memory, within the handle's byte budget
-    /// ([`Table::with_budget`]): hits are decoded from it, misses read with
+    /// ([`OpenOptions::cache_budget`](crate::OpenOptions::cache_budget)): hits are decoded from it, misses read with
     /// `O_DIRECT` (nothing enters the page cache) and stored as their stored
     /// bytes.
     Cached,
@@ -432,7 +432,7 @@ struct Shared {
 /// # Ok(()) }
 /// ```
 ///
-/// A handle owns its file (mapped once), its [`Layout`] and its read
+/// A handle owns its file (mapped once), its layout and its read
 /// backends. It is `Send + Sync` and cheap to clone (an `Arc` inside):
 /// clones share the backends (created once, on first use) and `auto`'s
 /// residency knowledge, and `gather` takes `&self`, so many threads may
@@ -909,7 +909,7 @@ impl Table {
     /// the next batch's ids while the current one computes.
     #[cfg_attr(feature = "internals", visibility::make(pub))]
     pub(crate) fn lookahead(&self) -> Result<Lookahead, Error> {
-        Ok(Lookahead::new(self.detached(), self.strategy)?)
+        Ok(Lookahead::new(self.clone(), self.strategy)?)
     }
 
     /// This handle without its prefetch worker (what a worker's batch
