@@ -6,11 +6,9 @@
 use std::cell::RefCell;
 use std::ffi::{c_char, CString};
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Mutex;
 
-use pleio::lookahead::{Lookahead, Prefetch};
-use pleio::ngram::{OwnedSequence, RowMapper};
-use pleio::{GatherStats, OpenOptions, Rounding, RowId, Strategy, Table};
+use pleio::{GatherStats, OpenOptions, OwnedSequence, Prefetch, Rounding, RowId, Strategy, Table};
 
 pub use pleio::Dtype;
 
@@ -119,9 +117,6 @@ pub struct TableState {
     /// The strings `pleio_table_info` points into.
     names: [CString; 5],
     rows_per_token: u64,
-    /// The background worker of `pleio_prefetch`, started on first use.
-    lookahead: OnceLock<Lookahead>,
-    lookahead_start: Mutex<()>,
 }
 
 /// A prefetched batch until `pleio_wait` or `pleio_prefetch_cancel`.
@@ -158,7 +153,7 @@ pub fn open(path: &Path, tensor: Option<&str>, strategy: Option<&str>) -> Result
     };
     let table = match tensor {
         None => Table::open(path)?,
-        Some(t) => Table::open_tensor(path, t)?,
+        Some(t) => OpenOptions::new().tensor(t).open(path)?,
     }
     .with_strategy(strategy);
     register(table)
@@ -199,12 +194,12 @@ pub fn open_ex(path: &Path, o: &OpenEx<'_>) -> Result<usize, Failure> {
 
 /// Registers an open table; returns its handle token.
 fn register(table: Table) -> Result<usize, Failure> {
-    let (arch, rows_per_token) = match table.row_ids() {
-        Ok(r) => (r.architecture(), r.rows_per_token() as u64),
+    let (arch, rows_per_token) = match table.sequence() {
+        Ok(s) => (s.architecture(), s.rows_per_token() as u64),
         Err(_) => ("", 0),
     };
     let names = [
-        cstring(table.ty().name()),
+        cstring(table.type_name()),
         cstring(table.name()),
         cstring(&table.path().to_string_lossy()),
         cstring(table.strategy().name()),
@@ -214,8 +209,6 @@ fn register(table: Table) -> Result<usize, Failure> {
         table,
         names,
         rows_per_token,
-        lookahead: OnceLock::new(),
-        lookahead_start: Mutex::new(()),
     })
 }
 
@@ -243,7 +236,7 @@ impl TableState {
             row_elems: t.row_elems() as u64,
             row_bytes: t.row_bytes(),
             rows_per_token: self.rows_per_token,
-            ggml_type: t.ty().ggml().map_or(u32::MAX, |g| g.id()),
+            ggml_type: t.ggml_type().unwrap_or(u32::MAX),
             type_name: type_name.as_ptr(),
             tensor: tensor.as_ptr(),
             path: path.as_ptr(),
@@ -312,30 +305,10 @@ impl TableState {
         self.with_rows(ids, |rows| self.table.gather_as(dtype, rows, out))
     }
 
-    fn lookahead(&self) -> Result<&Lookahead, Failure> {
-        if let Some(l) = self.lookahead.get() {
-            return Ok(l);
-        }
-        // One starter at a time, so only one worker thread is ever made.
-        let _one = self
-            .lookahead_start
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(l) = self.lookahead.get() {
-            return Ok(l);
-        }
-        let l = self.table.lookahead()?;
-        Ok(self.lookahead.get_or_init(|| l))
-    }
-
-    /// Starts fetching `ids` in the background; returns the prefetch token.
+    /// Starts fetching `ids` (as f32) in the background; returns the
+    /// prefetch token. The ids are checked now.
     pub fn prefetch<I: RowId>(&self, ids: &[I]) -> Result<usize, Failure> {
-        let lookahead = self.lookahead()?;
-        // Checked here (the worker's gather would report a bad id only at
-        // the wait), widened into the copy the worker keeps anyway.
-        let mut rows = Vec::new();
-        self.table.rows_from(ids, &mut rows)?;
-        let pending = lookahead.prefetch(&rows);
+        let pending = self.with_rows(ids, |rows| self.table.prefetch(rows, Dtype::F32))?;
         PREFETCHES.insert(PrefetchState {
             pending: Mutex::new(Some(pending)),
             row_elems: self.table.row_elems(),
@@ -345,9 +318,8 @@ impl TableState {
 
     /// A new token stream of this table's row-id mapping; returns its token.
     pub fn sequence(&self) -> Result<usize, Failure> {
-        let rows = Arc::new(self.table.row_ids()?);
         SEQUENCES.insert(SequenceState {
-            seq: Mutex::new(OwnedSequence::new(rows)),
+            seq: Mutex::new(self.table.sequence()?),
         })
     }
 }
@@ -389,7 +361,7 @@ impl PrefetchState {
             .ok_or_else(|| {
                 Failure::new(Status::PLEIO_ERR_HANDLE, "pleio_batch already waited for")
             })?;
-        let done = pending.wait_into(out).map_err(pleio::Error::from)?;
+        let done = pending.wait_into(out)?;
         Ok(done.stats)
     }
 }
@@ -433,7 +405,7 @@ impl SequenceState {
             })
             .collect::<Result<_, _>>()?;
         let mut seq = self.seq.lock().unwrap_or_else(|e| e.into_inner());
-        seq.map_into(&tokens, out).map_err(pleio::Error::from)?;
+        seq.map_into(&tokens, out)?;
         Ok(())
     }
 

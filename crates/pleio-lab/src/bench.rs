@@ -30,7 +30,7 @@ use pleio::map::ResidencyMethod;
 use pleio::sys;
 use pleio::{Error, GatherStats, Strategy, Table};
 
-use crate::floor::{DepthSweep, Floor};
+use crate::floor::{summary, DepthSweep, Floor};
 
 /// Least timed reads behind each `limit` figure: batches are read several
 /// times when there are fewer (a median of 10 is at the mercy of noise).
@@ -173,7 +173,7 @@ pub struct Machine {
 impl Machine {
     /// Describes this machine (fields the OS does not tell stay empty).
     pub fn detect() -> Machine {
-        let (cpu, mem_bytes, kernel) = sys::machine();
+        let (cpu, mem_bytes, kernel) = crate::os::machine();
         Machine {
             cpu,
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -184,7 +184,7 @@ impl Machine {
     }
 }
 
-pub use pleio::sys::{peak_rss, process_read_bytes as proc_read_bytes, reset_peak_rss};
+pub use crate::os::{peak_rss, process_read_bytes as proc_read_bytes, reset_peak_rss};
 
 /// A buffer too large for this machine, refused before allocating it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -458,17 +458,6 @@ fn warm_reps(rows: usize) -> usize {
     (16_384 / rows.max(1)).clamp(3, 256)
 }
 
-/// Mean, median and p99 of `xs` (sorted in place).
-pub(crate) fn summary(xs: &mut [f64]) -> (f64, f64, f64) {
-    if xs.is_empty() {
-        return (0.0, 0.0, 0.0);
-    }
-    xs.sort_by(f64::total_cmp);
-    let mean = xs.iter().sum::<f64>() / xs.len() as f64;
-    let rank = ((xs.len() as f64 * 0.99).ceil() as usize).clamp(1, xs.len());
-    (mean, xs[xs.len() / 2], xs[rank - 1])
-}
-
 impl Report {
     /// Adds floor reads taken later in the run (`us`, microseconds, of the
     /// same `rows`-row batches: [`Bench::floor_samples`]) to the cold
@@ -617,7 +606,7 @@ fn measure<T>(f: impl FnOnce() -> T) -> (T, Sample) {
 
 impl Bench {
     /// Opens the PLE table (or `tensor`) of the GGUF file or safetensors
-    /// checkpoint at `path` ([`Table::open_tensor_or_ple`]).
+    /// checkpoint at `path`.
     pub fn open(path: &Path, tensor: Option<&str>) -> Result<Bench, BenchError> {
         Bench::open_with(path, &pleio::OpenOptions::new().tensor_opt(tensor))
     }

@@ -122,7 +122,7 @@ impl MemCap {
         if bytes < MIN_CAP {
             return Err(CgroupError::TooSmall { bytes });
         }
-        let (mountinfo, cgroups) = pleio::sys::cgroup_texts();
+        let (mountinfo, cgroups) = crate::os::cgroup_texts();
         let loc = locate(&mountinfo, &cgroups)?;
         if loc.version == CgroupVersion::V2 {
             enable_v2_memory(&loc)?;

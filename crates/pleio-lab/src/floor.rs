@@ -25,7 +25,6 @@ use pleio::layout::{Layout, Shard};
 use pleio::Table;
 use rustc_hash::FxHashSet;
 
-use crate::bench::summary;
 use crate::random::Rng;
 
 /// Queue depths the sweep tries.
@@ -55,6 +54,17 @@ pub const LONG_PHASE_PASSES: usize = 3;
 
 /// A pass over a phase longer than this gets [`LONG_PHASE_PASSES`] passes.
 pub const LONG_PASS: Duration = Duration::from_secs(2);
+
+/// Mean, median and p99 of `xs` (sorted in place).
+pub(crate) fn summary(xs: &mut [f64]) -> (f64, f64, f64) {
+    if xs.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    xs.sort_by(f64::total_cmp);
+    let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+    let rank = ((xs.len() as f64 * 0.99).ceil() as usize).clamp(1, xs.len());
+    (mean, xs[xs.len() / 2], xs[rank - 1])
+}
 
 /// Latency summary of a set of timed reads, microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

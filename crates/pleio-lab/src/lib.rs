@@ -3,7 +3,8 @@
 //! benchmark ([`bench`]) and its device floor ([`floor`]), prompt replays
 //! through the PLE stage ([`replay`]), row-cache policy simulation
 //! ([`cache_sim`]), page-cache residency scans ([`residency`]) and memory
-//! cgroups for capped runs ([`cgroup`]). The CLI and the tests use it; an
+//! cgroups for capped runs ([`cgroup`]), with the OS readers only the lab
+//! needs ([`os`]: peak RSS, process counters, free space). The CLI and the tests use it; an
 //! engine never needs it.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -12,6 +13,7 @@ pub mod bench;
 pub mod cache_sim;
 pub mod cgroup;
 pub mod floor;
+pub mod os;
 pub mod random;
 pub mod replay;
 pub mod residency;

@@ -584,7 +584,7 @@ impl Replayer {
                 Some(p) => {
                     let got = p.wait_into(dst)?;
                     prefill_stats.add(&got.stats);
-                    got.fetch_time
+                    got.fetch_time()
                 }
                 None => {
                     let st = self.reader.gather_with(cfg.strategy, rows, dst)?;
@@ -775,7 +775,7 @@ impl ProcSample {
     pub fn now() -> ProcSample {
         ProcSample {
             read_bytes: bench::proc_read_bytes(),
-            process_major_faults: sys::process_major_faults(),
+            process_major_faults: crate::os::process_major_faults(),
         }
     }
 

@@ -4,16 +4,14 @@
 
 use std::cell::RefCell;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use numpy::{PyArray1, PyArrayMethods, PyUntypedArray};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use pleio::lookahead::Lookahead;
-use pleio::ngram::{ModelRows, OwnedSequence, RowMapper};
-use pleio::{Dtype, OpenOptions, Rounding, Strategy};
+use pleio::{Dtype, OpenOptions, OwnedSequence, Rounding, Strategy};
 
 use crate::convert::{IntSlice, Ints, OutBuf, Target};
 use crate::dlpack::DlView;
@@ -80,26 +78,9 @@ pub struct Table {
     /// The table with each other rule, made on first use by `gather(...,
     /// rounding=)` (clones share the file and backends).
     by_rule: [OnceLock<pleio::Table>; 3],
-    lookahead: OnceLock<Lookahead>,
-    lookahead_start: Mutex<()>,
 }
 
 impl Table {
-    fn lookahead(&self) -> pleio::Result<&Lookahead> {
-        if let Some(l) = self.lookahead.get() {
-            return Ok(l);
-        }
-        let _one = self
-            .lookahead_start
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(l) = self.lookahead.get() {
-            return Ok(l);
-        }
-        let l = self.table.lookahead()?;
-        Ok(self.lookahead.get_or_init(|| l))
-    }
-
     /// The table gathering with `rounding` (a rule name; `None`: the one
     /// it was opened with).
     fn with_rule(&self, py: Python<'_>, rounding: Option<&str>) -> PyResult<&pleio::Table> {
@@ -167,8 +148,6 @@ pub fn open(
         table,
         rounding,
         by_rule: Default::default(),
-        lookahead: OnceLock::new(),
-        lookahead_start: Mutex::new(()),
     })
 }
 
@@ -294,7 +273,7 @@ impl Table {
     /// ggml's name of the stored element type, e.g. "IQ4_NL".
     #[getter]
     fn encoding(&self) -> &'static str {
-        self.table.ty().name()
+        self.table.type_name()
     }
 
     /// The file holding the table (its shard, for a split set).
@@ -350,7 +329,7 @@ impl Table {
         format!(
             "<pleio.Table {} {} rows={} row_elems={} row_bytes={}{layer} strategy={}{rounding} path={:?}>",
             t.name(),
-            t.ty().name(),
+            t.type_name(),
             t.rows(),
             t.row_elems(),
             t.row_bytes(),
@@ -414,13 +393,11 @@ impl Table {
         let n = ids.len();
         let pending = py
             .detach(|| {
-                let lookahead = self.lookahead()?;
-                // Checked here (the worker's gather would report a bad id
-                // only at the wait), widened into the copy the worker keeps
-                // anyway.
+                // Checked here (the engine checks them again: a bad id is
+                // an error now, not at the wait).
                 let mut rows = Vec::new();
                 ids.rows_into(&self.table, &mut rows)?;
-                Ok(lookahead.prefetch(&rows))
+                self.table.prefetch(&rows, Dtype::F32)
             })
             .py_err(py)?;
         Ok(Prefetch {
@@ -435,8 +412,10 @@ impl Table {
     /// calls, reset by EOS; gemma4: the token is the row). Raises
     /// :class:`pleio.InvalidFileError` when the file has none.
     fn sequence(&self, py: Python<'_>) -> PyResult<Sequence> {
-        let rows = self.table.row_ids().py_err(py)?;
-        Ok(Sequence::new(rows))
+        let seq = self.table.sequence().py_err(py)?;
+        Ok(Sequence {
+            seq: Mutex::new(seq),
+        })
     }
 
     /// Totals of every gather of this table since it was opened (all
@@ -463,7 +442,7 @@ impl Table {
 /// A batch being fetched in the background (see :meth:`Table.prefetch`).
 #[pyclass(module = "pleio", frozen)]
 pub struct Prefetch {
-    pending: Mutex<Option<pleio::lookahead::Prefetch>>,
+    pending: Mutex<Option<pleio::Prefetch>>,
     rows: usize,
     row_elems: usize,
 }
@@ -499,16 +478,11 @@ impl Prefetch {
                 let Target::F32(dst) = buf.target()? else {
                     unreachable!("a float32 out is borrowed as floats")
                 };
-                py.detach(|| pending.wait_into(dst))
-                    .map_err(pleio::Error::from)
-                    .py_err(py)?;
+                py.detach(|| pending.wait_into(dst)).py_err(py)?;
                 Ok(o.clone())
             }
             _ => {
-                let done = py
-                    .detach(|| pending.wait())
-                    .map_err(pleio::Error::from)
-                    .py_err(py)?;
+                let done = py.detach(|| pending.wait()).py_err(py)?;
                 let arr = PyArray1::from_vec(py, done.data);
                 Ok(arr.reshape([self.rows, self.row_elems])?.into_any())
             }
@@ -527,14 +501,6 @@ impl Prefetch {
 #[pyclass(module = "pleio", frozen)]
 pub struct Sequence {
     seq: Mutex<OwnedSequence>,
-}
-
-impl Sequence {
-    fn new(rows: ModelRows) -> Sequence {
-        Sequence {
-            seq: Mutex::new(OwnedSequence::new(Arc::new(rows))),
-        }
-    }
 }
 
 #[pymethods]
@@ -557,9 +523,7 @@ impl Sequence {
         let mut seq = self.seq.lock().unwrap_or_else(|e| e.into_inner());
         let per = seq.rows_per_token();
         let mut rows = Vec::new();
-        seq.map_tokens(&tokens, &mut rows)
-            .map_err(pleio::Error::from)
-            .py_err(py)?;
+        seq.map_tokens(&tokens, &mut rows).py_err(py)?;
         drop(seq);
         let ids: Vec<i64> = rows.into_iter().map(|r| r as i64).collect();
         Ok(PyArray1::from_vec(py, ids)

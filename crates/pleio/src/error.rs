@@ -6,18 +6,13 @@
 //! [`Error`] wraps one of them, says which [`ErrorKind`] it is, and carries
 //! the path, tensor, row and offset at fault where they are known.
 
-use std::fmt;
-use std::io;
-use std::path::{Path, PathBuf};
+//!
+//! This module is a leaf: it imports nothing of the crate. Each lower layer
+//! converts its own error (`impl From<GgufError> for Error` lives in
+//! `gguf`), so no module depends on one that depends on it.
 
-use crate::checkpoint::CheckpointError;
-use crate::fetch::GatherError;
-use crate::gguf::GgufError;
-use crate::io::IoError;
-use crate::layout::TableError;
-use crate::lookahead::LookaheadError;
-use crate::ngram::NgramError;
-use crate::quant::DecodeError;
+use std::fmt;
+use std::path::{Path, PathBuf};
 
 /// What went wrong, for callers that branch on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -63,7 +58,11 @@ pub struct Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    fn new(kind: ErrorKind, inner: impl std::error::Error + Send + Sync + 'static) -> Error {
+    /// An error of `kind` wrapping a lower layer's `inner`.
+    pub(crate) fn new(
+        kind: ErrorKind,
+        inner: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
         Error {
             kind,
             path: None,
@@ -115,6 +114,26 @@ impl Error {
         self.tensor.get_or_insert_with(|| name.to_string());
         self
     }
+
+    /// Sets the row, offset and file at fault (for the lower layers'
+    /// conversions; `None` leaves a field unknown).
+    pub(crate) fn at(
+        mut self,
+        row: Option<u64>,
+        offset: Option<u64>,
+        path: Option<PathBuf>,
+    ) -> Error {
+        self.row = row;
+        self.offset = offset;
+        self.path = path;
+        self
+    }
+
+    /// Sets the tensor at fault.
+    pub(crate) fn of_tensor(mut self, tensor: Option<String>) -> Error {
+        self.tensor = tensor;
+        self
+    }
 }
 
 impl fmt::Display for Error {
@@ -139,136 +158,3 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
-
-impl From<GgufError> for Error {
-    fn from(e: GgufError) -> Error {
-        let kind = match &e {
-            GgufError::Io { error, .. } if error.kind() == io::ErrorKind::NotFound => {
-                ErrorKind::NotFound
-            }
-            GgufError::MissingShard { .. } => ErrorKind::NotFound,
-            GgufError::Io { .. } => ErrorKind::Io,
-            _ => ErrorKind::InvalidFile,
-        };
-        Error::new(kind, e)
-    }
-}
-
-impl From<CheckpointError> for Error {
-    fn from(e: CheckpointError) -> Error {
-        use crate::safetensors::SafetensorsError;
-        let kind = match &e {
-            CheckpointError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => {
-                ErrorKind::NotFound
-            }
-            CheckpointError::Io { .. } => ErrorKind::Io,
-            CheckpointError::Safetensors(SafetensorsError::Io { source, .. })
-                if source.kind() == io::ErrorKind::NotFound =>
-            {
-                ErrorKind::NotFound
-            }
-            CheckpointError::Safetensors(SafetensorsError::Io { .. }) => ErrorKind::Io,
-            CheckpointError::NoTable { .. } | CheckpointError::NoSuchLayer { .. } => {
-                ErrorKind::NoTable
-            }
-            CheckpointError::Unsupported { .. } | CheckpointError::Encoding(_) => {
-                ErrorKind::Unsupported
-            }
-            CheckpointError::Config { .. }
-            | CheckpointError::BufferMismatch { .. }
-            | CheckpointError::NoConfig
-            | CheckpointError::Ngram(_) => ErrorKind::RowIds,
-            CheckpointError::RowOutOfRange { .. } => ErrorKind::RowOutOfRange,
-            _ => ErrorKind::InvalidFile,
-        };
-        let row = match &e {
-            CheckpointError::RowOutOfRange { row, .. } => Some(*row),
-            _ => None,
-        };
-        let mut err = Error::new(kind, e);
-        err.row = row;
-        err
-    }
-}
-
-impl From<TableError> for Error {
-    fn from(e: TableError) -> Error {
-        let (kind, row) = match &e {
-            TableError::RowOutOfRange { row, .. } => (ErrorKind::RowOutOfRange, Some(*row)),
-            TableError::NegativeRow { .. } => (ErrorKind::RowOutOfRange, None),
-            _ => (ErrorKind::NoTable, None),
-        };
-        let tensor = match &e {
-            TableError::NoSuchTensor { name, .. }
-            | TableError::NotTwoDimensional { name, .. }
-            | TableError::PartialBlock { name, .. }
-            | TableError::EmptyRows { name }
-            | TableError::TooLarge { name, .. }
-            | TableError::RowOutOfRange { name, .. }
-            | TableError::NegativeRow { name, .. } => Some(name.clone()),
-        };
-        let mut err = Error::new(kind, e);
-        err.row = row;
-        err.tensor = tensor;
-        err
-    }
-}
-
-impl From<DecodeError> for Error {
-    fn from(e: DecodeError) -> Error {
-        Error::new(ErrorKind::Unsupported, e)
-    }
-}
-
-impl From<NgramError> for Error {
-    fn from(e: NgramError) -> Error {
-        Error::new(ErrorKind::RowIds, e)
-    }
-}
-
-impl From<LookaheadError> for Error {
-    fn from(e: LookaheadError) -> Error {
-        match e {
-            LookaheadError::Gather(g) => g,
-            LookaheadError::OutputLength { .. } => Error::new(ErrorKind::OutputSize, e),
-            other => Error::new(ErrorKind::Setup, other),
-        }
-    }
-}
-
-impl From<GatherError> for Error {
-    fn from(e: GatherError) -> Error {
-        match e {
-            GatherError::Table(t) => Error::from(t),
-            GatherError::Decode(d) => Error::from(d),
-            e => {
-                let row = match &e {
-                    GatherError::MappedRead { row, .. } => Some(*row),
-                    _ => None,
-                };
-                let (kind, offset, path) = match &e {
-                    GatherError::OutsideFile { offset, .. }
-                    | GatherError::Unmapped { offset, .. } => (ErrorKind::Io, Some(*offset), None),
-                    GatherError::MappedRead { path, offset, .. } => {
-                        (ErrorKind::Io, Some(*offset), Some(path.clone()))
-                    }
-                    GatherError::Read { path, error, .. } => {
-                        let offset = match error {
-                            IoError::Read { offset, .. }
-                            | IoError::UnexpectedEof { offset, .. } => Some(*offset),
-                            _ => None,
-                        };
-                        (ErrorKind::Io, offset, Some(path.clone()))
-                    }
-                    GatherError::OutputLength { .. } => (ErrorKind::OutputSize, None, None),
-                    _ => (ErrorKind::Setup, None, None),
-                };
-                let mut err = Error::new(kind, e);
-                err.offset = offset;
-                err.path = path;
-                err.row = row;
-                err
-            }
-        }
-    }
-}

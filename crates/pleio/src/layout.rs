@@ -13,8 +13,7 @@
 use std::fmt;
 use std::ops::Range;
 
-use crate::checkpoint::{CheckpointTable, TableKind};
-use crate::model::{Model, ModelTensor};
+use crate::error::{Error, ErrorKind};
 use crate::quant::encoding::Encoding;
 use crate::quant::GgmlType;
 
@@ -64,7 +63,7 @@ pub struct ShardPart {
     /// The tensor's name (or the manifest's field name).
     pub tensor: String,
     /// Index of the file holding it: a GGUF model's shard, or an index into
-    /// [`CheckpointTable::files`].
+    /// the checkpoint table's `files`.
     pub file: usize,
     /// Absolute file offset of the run's first row of this part.
     pub offset: u64,
@@ -180,7 +179,7 @@ pub struct Region {
 /// module documentation).
 ///
 /// Read-only: a layout is only ever derived from a parsed model
-/// ([`Layout::of_tensor`]) or checkpoint ([`Layout::of_checkpoint`]), its
+/// (`Layout::of_tensor`) or checkpoint (`Layout::of_checkpoint`), its
 /// sizes checked when it is made, so it cannot describe bytes outside the
 /// files it came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -276,7 +275,8 @@ mod sealed {
 
 /// An integer type callers hold row ids in: `u64` (the engine's own),
 /// `i64`, `u32`, `i32` (C's `int32_t`/`int64_t`, NumPy arrays). See
-/// [`Layout::rows_from`]; a negative id is out of range.
+/// [`Table::rows_from`](crate::Table::rows_from); a negative id is out of
+/// range.
 pub trait RowId: Copy + sealed::Sealed {
     /// The id as a row number, or the negative value.
     fn to_row(self) -> Result<u64, i64>;
@@ -394,76 +394,34 @@ impl Layout {
         }
     }
 
-    /// The layout of a checkpoint's PLE table: its shards and parts as
-    /// found (and checked against the files) by [`CheckpointTable::open`].
-    pub fn of_checkpoint(t: &CheckpointTable) -> Result<Layout, TableError> {
-        let name = match t.kind {
-            TableKind::Gemma4 => t
-                .shards
-                .first()
-                .and_then(|s| s.parts.first())
-                .map_or_else(|| t.prefix.clone(), |p| p.tensor.clone()),
-            TableKind::QwenNgram => format!("{}ngram_embedding", t.prefix),
-        };
-        let row_bytes = t.row_bytes();
-        if t.row_elems == 0 || row_bytes == 0 {
+    /// A layout of checkpoint `shards` (found and checked against their
+    /// files by the checkpoint reader) named `name`, of `encoding`.
+    pub(crate) fn encoded(
+        name: String,
+        encoding: Encoding,
+        row_elems: u64,
+        rows: u64,
+        row_bytes: u64,
+        shards: Vec<Shard>,
+    ) -> Result<Layout, TableError> {
+        if row_elems == 0 || row_bytes == 0 {
             return Err(TableError::EmptyRows { name });
         }
-        let bytes = t.rows.checked_mul(row_bytes).ok_or(TableError::TooLarge {
+        let bytes = rows.checked_mul(row_bytes).ok_or(TableError::TooLarge {
             name: name.clone(),
-            rows: t.rows,
+            rows,
             row_bytes,
             offset: 0,
         })?;
         Ok(Layout {
             name,
-            ty: RowFormat::Encoded(t.encoding),
-            row_elems: t.row_elems,
-            rows: t.rows,
+            ty: RowFormat::Encoded(encoding),
+            row_elems,
+            rows,
             row_bytes,
             bytes,
-            shards: t.shards.clone(),
+            shards,
         })
-    }
-
-    /// The layout of the tensor `name` of `model`.
-    pub fn of_tensor(model: &Model, name: &str) -> Result<Layout, TableError> {
-        let t = model.tensor(name).ok_or_else(|| TableError::NoSuchTensor {
-            name: name.to_string(),
-            ple_hint: false,
-        })?;
-        Layout::of(t)
-    }
-
-    /// The layout of the model's per-layer-embedding table
-    /// ([`PLE_TENSOR`]).
-    pub fn of_ple(model: &Model) -> Result<Layout, TableError> {
-        let t = model
-            .tensor(PLE_TENSOR)
-            .ok_or_else(|| TableError::NoSuchTensor {
-                name: PLE_TENSOR.to_string(),
-                ple_hint: true,
-            })?;
-        Layout::of(t)
-    }
-
-    /// [`Layout::of_tensor`] when a name is given, else [`Layout::of_ple`]
-    /// (for tools whose `--tensor` is optional).
-    pub fn of_tensor_or_ple(model: &Model, tensor: Option<&str>) -> Result<Layout, TableError> {
-        match tensor {
-            Some(name) => Layout::of_tensor(model, name),
-            None => Layout::of_ple(model),
-        }
-    }
-
-    fn of(t: &ModelTensor) -> Result<Layout, TableError> {
-        Layout::new(
-            &t.info.name,
-            t.info.ty,
-            &t.info.dims,
-            t.shard,
-            t.file_offset,
-        )
     }
 
     /// Tensor name.
@@ -671,6 +629,28 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
         (a, b) = (b, a % b);
     }
     a
+}
+
+impl From<TableError> for Error {
+    fn from(e: TableError) -> Error {
+        let (kind, row) = match &e {
+            TableError::RowOutOfRange { row, .. } => (ErrorKind::RowOutOfRange, Some(*row)),
+            TableError::NegativeRow { .. } => (ErrorKind::RowOutOfRange, None),
+            _ => (ErrorKind::NoTable, None),
+        };
+        let tensor = match &e {
+            TableError::NoSuchTensor { name, .. }
+            | TableError::NotTwoDimensional { name, .. }
+            | TableError::PartialBlock { name, .. }
+            | TableError::EmptyRows { name }
+            | TableError::TooLarge { name, .. }
+            | TableError::RowOutOfRange { name, .. }
+            | TableError::NegativeRow { name, .. } => Some(name.clone()),
+        };
+        Error::new(kind, e)
+            .at(row, None, None)
+            .of_tensor(tensor)
+    }
 }
 
 #[cfg(test)]

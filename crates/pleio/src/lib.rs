@@ -10,43 +10,88 @@
 //! # Ok::<(), pleio::Error>(())
 //! ```
 //!
-//! Data flows one way: token ids become row ids ([`ngram`]), row ids are
-//! planned into page advice ([`page_plan`]) or read spans ([`io`]), a
-//! [`Strategy`] fetches the bytes ([`fetch`]), and a decoder ([`quant`])
-//! writes them as the [`Dtype`] asked for. Only [`sys`], [`map`], the
-//! io_uring backend and the SIMD kernels may use `unsafe`.
+//! The API: [`Table`] (opened by [`Table::open`] or [`OpenOptions`]),
+//! [`Table::gather`] / [`Table::gather_as`] as a [`Dtype`] with a
+//! [`Strategy`] and a [`Rounding`] rule, [`Table::prefetch`] for the next
+//! batch, [`GatherStats`] / [`GatherTotals`], one [`Error`], and token ids
+//! to row ids ([`Table::sequence`], [`OwnedSequence`]).
+//!
+//! Inside, data flows one way: token ids become row ids (`ngram`), row ids
+//! are planned into page advice (`page_plan`) or read spans (`io`), a
+//! strategy fetches the bytes (`fetch`), and a decoder (`quant`) writes
+//! them as the dtype asked for. Only `sys`, `map`, the io_uring backend and
+//! the SIMD kernels may use `unsafe`. These modules are public only with
+//! the `internals` feature (pleio's lab, CLI, benches and tests): not an
+//! API.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+// Without `internals`, the items only the lab and the tests use are unused,
+// and the names clippy accepts in public enums (`Value::Array`,
+// safetensors' `BOOL`) are flagged in private ones.
+#![cfg_attr(
+    not(feature = "internals"),
+    allow(
+        dead_code,
+        unused_imports,
+        clippy::enum_variant_names,
+        clippy::upper_case_acronyms
+    )
+)]
 
 mod error;
 mod open;
 mod output;
 mod tuning;
 
-pub mod cache;
-pub mod checkpoint;
-pub mod fetch;
-pub mod gguf;
-pub mod io;
-pub mod layout;
-pub mod lookahead;
-#[allow(unsafe_code)] // the mapping: raw pointers into mapped file bytes
-pub mod map;
-pub mod model;
-pub mod ngram;
-pub mod page_plan;
-pub mod quant;
-pub mod safetensors;
-#[allow(unsafe_code)] // the OS layer: every system call
-pub mod sys;
+// The engine's internals: public with the `internals` feature (the lab, the
+// CLI, the benches, the fuzz targets and the tests enable it), private
+// without. An engine uses the façade re-exported below.
+macro_rules! internal_mods {
+    ($($(#[$attr:meta])* $name:ident;)*) => {$(
+        $(#[$attr])*
+        #[cfg(feature = "internals")]
+        pub mod $name;
+        $(#[$attr])*
+        #[cfg(not(feature = "internals"))]
+        mod $name;
+    )*};
+}
+
+internal_mods! {
+    cache;
+    checkpoint;
+    fetch;
+    gguf;
+    io;
+    layout;
+    #[allow(unsafe_code)] // the mapping: raw pointers into mapped file bytes
+    map;
+    model;
+    ngram;
+    page_plan;
+    quant;
+    safetensors;
+    #[allow(unsafe_code)] // the OS layer: every system call
+    sys;
+}
+
 #[cfg(feature = "tokenizer")]
 pub mod tokenizer;
 
+#[cfg(feature = "internals")]
 pub use cache::CachePolicy;
 pub use error::{Error, ErrorKind, Result};
+#[cfg(feature = "internals")]
+pub use fetch::lookahead;
+pub use fetch::lookahead::{Prefetch, Prefetched};
 pub use fetch::{GatherStats, GatherTotals, Strategy, Table};
-pub use layout::{Layout, RowId};
+#[cfg(feature = "internals")]
+pub use layout::Layout;
+pub use layout::RowId;
+pub use ngram::OwnedSequence;
+#[cfg(feature = "internals")]
+pub use ngram::RowMapper;
 pub use open::OpenOptions;
 pub use output::{Dtype, Rounding};
 

@@ -9,6 +9,7 @@ use crate::gguf::{
     parse_split_path, split_path, GgufError, GgufFile, Metadata, TensorInfo, Value,
     SPLIT_COUNT_KEY, SPLIT_NO_KEY, SPLIT_TENSORS_COUNT_KEY,
 };
+use crate::layout::{Layout, TableError, PLE_TENSOR};
 use crate::map::Mapping;
 
 /// True if `a` and `b` are the same file (device and inode).
@@ -312,5 +313,48 @@ impl Model {
             .get(t.shard)?
             .mapping
             .bytes(r.start, r.end - r.start)
+    }
+}
+
+// The GGUF model builds its tables' layouts: `layout` knows no file format.
+impl Layout {
+    /// The layout of the tensor `name` of `model`.
+    pub fn of_tensor(model: &Model, name: &str) -> Result<Layout, TableError> {
+        let t = model.tensor(name).ok_or_else(|| TableError::NoSuchTensor {
+            name: name.to_string(),
+            ple_hint: false,
+        })?;
+        Layout::of(t)
+    }
+
+    /// The layout of the model's per-layer-embedding table
+    /// ([`PLE_TENSOR`]).
+    pub fn of_ple(model: &Model) -> Result<Layout, TableError> {
+        let t = model
+            .tensor(PLE_TENSOR)
+            .ok_or_else(|| TableError::NoSuchTensor {
+                name: PLE_TENSOR.to_string(),
+                ple_hint: true,
+            })?;
+        Layout::of(t)
+    }
+
+    /// [`Layout::of_tensor`] when a name is given, else [`Layout::of_ple`]
+    /// (for tools whose `--tensor` is optional).
+    pub fn of_tensor_or_ple(model: &Model, tensor: Option<&str>) -> Result<Layout, TableError> {
+        match tensor {
+            Some(name) => Layout::of_tensor(model, name),
+            None => Layout::of_ple(model),
+        }
+    }
+
+    fn of(t: &ModelTensor) -> Result<Layout, TableError> {
+        Layout::new(
+            &t.info.name,
+            t.info.ty,
+            &t.info.dims,
+            t.shard,
+            t.file_offset,
+        )
     }
 }

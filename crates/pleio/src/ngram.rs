@@ -34,6 +34,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::error::{Error, ErrorKind};
 use crate::gguf::{Metadata, Value};
 use crate::layout::Layout;
 use crate::model::Model;
@@ -873,9 +874,10 @@ impl RowMapper for ModelSequence<'_> {
     }
 }
 
-/// One token stream of a shared [`ModelRows`], owning its mapper: a
-/// [`ModelSequence`] that can live in a handle (a binding's sequence
-/// object, a server's per-request state) instead of borrowing.
+/// One token stream of a table's row-id mapping
+/// ([`Table::sequence`](crate::Table::sequence)), owning its mapper, so it
+/// can live in a handle (a binding's sequence object, a server's
+/// per-request state).
 #[derive(Debug, Clone)]
 pub struct OwnedSequence {
     rows: Arc<ModelRows>,
@@ -885,19 +887,46 @@ pub struct OwnedSequence {
 
 impl OwnedSequence {
     /// A fresh stream of `rows`.
-    pub fn new(rows: Arc<ModelRows>) -> OwnedSequence {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn new(rows: Arc<ModelRows>) -> OwnedSequence {
         let history = rows.qwen().map(QwenNgramParams::new_history);
         OwnedSequence { rows, history }
     }
 
     /// The mapper.
-    pub fn rows(&self) -> &Arc<ModelRows> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn rows(&self) -> &Arc<ModelRows> {
         &self.rows
     }
 
     /// Forgets all predecessors: the next token starts a fresh sequence.
     pub fn reset(&mut self) {
         self.history = self.rows.qwen().map(QwenNgramParams::new_history);
+    }
+
+    /// The model architecture whose mapping this is (`qwen4exp`, `gemma4`).
+    pub fn architecture(&self) -> &'static str {
+        self.rows.architecture()
+    }
+
+    /// Row ids produced per token (16 for the released qwen4exp, 1 for
+    /// gemma4).
+    pub fn rows_per_token(&self) -> usize {
+        RowMapper::rows_per_token(self)
+    }
+
+    /// Writes the row ids of `tokens` into `out`, token-major; `out.len()`
+    /// must equal `tokens.len() * rows_per_token()`. The stream advances
+    /// only on success.
+    pub fn map_into(&mut self, tokens: &[u32], out: &mut [u64]) -> Result<(), Error> {
+        Ok(RowMapper::map_into(self, tokens, out)?)
+    }
+
+    /// Appends the row ids of `tokens` to `out`, token-major (allocating
+    /// only when `out` lacks capacity). On error `out` is left as it was
+    /// and the stream does not advance.
+    pub fn map_tokens(&mut self, tokens: &[u32], out: &mut Vec<u64>) -> Result<(), Error> {
+        Ok(RowMapper::map_tokens(self, tokens, out)?)
     }
 }
 
@@ -1071,6 +1100,12 @@ impl RowMapper for Gemma4Rows {
             *o = u64::from(t);
         }
         Ok(())
+    }
+}
+
+impl From<NgramError> for Error {
+    fn from(e: NgramError) -> Error {
+        Error::new(ErrorKind::RowIds, e)
     }
 }
 

@@ -9,7 +9,8 @@ use crate::{Error, Strategy, Table};
 
 /// How [`OpenOptions::open`] opens a table. `OpenOptions::new()` is what
 /// [`Table::open`] does: the model's PLE table (the first PLE layer's, for
-/// a checkpoint with several), [`Strategy::Auto`], [`Rounding::Exact`].
+/// a checkpoint with several), [`Strategy::Auto`], [`Rounding::Exact`], a
+/// row cache of 256 MiB.
 ///
 /// ```no_run
 /// # fn main() -> pleio::Result<()> {
@@ -24,6 +25,7 @@ pub struct OpenOptions {
     layer: Option<u64>,
     strategy: Strategy,
     rounding: Rounding,
+    cache_budget: Option<u64>,
 }
 
 impl OpenOptions {
@@ -74,6 +76,16 @@ impl OpenOptions {
         self
     }
 
+    /// The memory budget in bytes of the row cache of
+    /// [`Strategy::Cached`] (default 256 MiB): its row slots, bookkeeping
+    /// and read staging. A budget too small for one read plus one row makes
+    /// `open` fail ([`crate::ErrorKind::Setup`]) naming the smallest that
+    /// works.
+    pub fn cache_budget(mut self, bytes: u64) -> OpenOptions {
+        self.cache_budget = Some(bytes);
+        self
+    }
+
     /// Opens `path` (a GGUF file or split shard, or a checkpoint: see
     /// [`Table::open`]) with these options.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Table, Error> {
@@ -93,8 +105,27 @@ impl OpenOptions {
         } else {
             Table::open_gguf(path, self.tensor.as_deref(), self.layer)?
         };
-        table
+        let table = table
             .with_strategy(self.strategy)
-            .with_rounding(self.rounding)
+            .with_rounding(self.rounding)?;
+        match self.cache_budget {
+            Some(bytes) => table.with_budget(bytes),
+            None => Ok(table),
+        }
+    }
+}
+
+impl Table {
+    /// Opens the per-layer-embedding table of a model:
+    ///
+    /// - a GGUF file, or the split set it is a shard of:
+    ///   `per_layer_token_embd.weight`;
+    /// - a safetensors checkpoint, given as its directory, its
+    ///   `model.safetensors.index.json`, one `.safetensors` file, or an
+    ///   mlx-vlm `ple-store.json`: the qwen4exp n-gram table (its row shards
+    ///   in shard order, wherever they are) or Gemma 4's
+    ///   `embed_tokens_per_layer.weight` (see `docs/checkpoints.md`).
+    pub fn open(path: impl AsRef<Path>) -> Result<Table, Error> {
+        OpenOptions::new().open(path)
     }
 }

@@ -4,10 +4,10 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::fetch::GatherError;
 use crate::layout::{Layout, RowFormat};
 use crate::quant::convert::{f32_to_bf16_row_le, f32_to_f16_row_le};
 use crate::quant::encoding::EncodingDecoder;
+pub use crate::quant::Rounding;
 use crate::quant::{DecodeError, RowDecoder};
 
 /// The decoder of a table's stored rows: a ggml type's, or a checkpoint
@@ -122,68 +122,6 @@ impl Decoder {
     }
 }
 
-/// How outputs are rounded: pleio's exact rule, or an engine's own,
-/// reproduced bit for bit so that a drop-in gives the engine's rows (see
-/// `docs/rounding.md`). [`Dtype::Raw`] is never affected. A rule that does
-/// not apply to a table's encoding is an
-/// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) error of
-/// [`Table::with_rounding`](crate::Table::with_rounding) /
-/// [`OpenOptions::rounding`](crate::OpenOptions::rounding).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum Rounding {
-    /// The stored value, computed exactly (in f32, where every product of
-    /// the encodings is exact) and rounded once to the output type. Every
-    /// table.
-    #[default]
-    Exact,
-    /// vLLM's and SGLang's rule (`rows.to(dtype) * weight_scale.to(dtype)`
-    /// in torch), for FP8 tables (per-tensor or per-row scale): bf16 is
-    /// `bf16(e4m3 * bf16(scale))`, f16 is `f16(e4m3 * f16(scale))` (the
-    /// product exact in f32, so rounded once), f32 is exact. BF16, F16 and
-    /// F32 rows: the same as `Exact`.
-    Vllm,
-    /// mlx's `mx.dequantize` of MLX affine 4-bit tables, which computes in
-    /// the scales' type (bf16) whatever the output type:
-    /// `y = bf16(bf16(scale * q) + bias)` (each operation in f32, rounded to
-    /// bf16), then bf16 is `y`, f16 is `f16(y)` and f32 is `y` widened (so
-    /// f32 outputs change too). BF16 rows: the same as `Exact`.
-    Mlx,
-}
-
-impl Rounding {
-    /// Every rule.
-    pub const ALL: &'static [Rounding] = &[Rounding::Exact, Rounding::Vllm, Rounding::Mlx];
-
-    /// The name used on the command line and in the bindings.
-    pub fn name(self) -> &'static str {
-        match self {
-            Rounding::Exact => "exact",
-            Rounding::Vllm => "vllm",
-            Rounding::Mlx => "mlx",
-        }
-    }
-}
-
-impl fmt::Display for Rounding {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Rounding {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let l = s.to_ascii_lowercase();
-        let l = if l == "sglang" { "vllm".to_string() } else { l };
-        Rounding::ALL
-            .iter()
-            .copied()
-            .find(|r| r.name() == l)
-            .ok_or_else(|| format!("unknown rounding rule {s:?} (known: exact, vllm, sglang, mlx)"))
-    }
-}
-
 /// The element type rows are gathered as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
@@ -220,7 +158,8 @@ impl Dtype {
     }
 
     /// Output bytes of one row of `layout` in this type (`None` on overflow).
-    pub fn row_out_bytes(self, layout: &Layout) -> Option<usize> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn row_out_bytes(self, layout: &Layout) -> Option<usize> {
         let elems = usize::try_from(layout.row_elems()).ok()?;
         match self {
             Dtype::F32 => elems.checked_mul(4),
@@ -286,21 +225,11 @@ impl<'a> Out<'a> {
         }
     }
 
-    /// Rows of `dtype` bytes into `out`.
-    pub(crate) fn bytes(
-        dtype: Dtype,
-        layout: &Layout,
-        out: &'a mut [u8],
-    ) -> Result<Out<'a>, GatherError> {
-        let row_len = dtype
-            .row_out_bytes(layout)
-            .ok_or(GatherError::OutputLength {
-                got: out.len(),
-                need: usize::MAX,
-                rows: 1,
-                row_elems: layout.row_elems(),
-            })?;
-        Ok(Out {
+    /// Rows of `dtype` bytes into `out` (`None` if one row's bytes overflow
+    /// `usize`).
+    pub(crate) fn bytes(dtype: Dtype, layout: &Layout, out: &'a mut [u8]) -> Option<Out<'a>> {
+        let row_len = dtype.row_out_bytes(layout)?;
+        Some(Out {
             buf: Buf::Bytes { dtype, bytes: out },
             row_len,
             row: Vec::new(),

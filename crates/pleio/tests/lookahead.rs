@@ -9,7 +9,7 @@ mod fetch_fixture;
 use std::time::Duration;
 
 use fetch_fixture::{bits, Fixture, Rng};
-use pleio::lookahead::{Lookahead, LookaheadError};
+use pleio::lookahead::Lookahead;
 use pleio::ngram::RowMapper;
 use pleio::sys;
 use pleio::{ErrorKind, Strategy};
@@ -133,13 +133,11 @@ fn errors_surface_at_wait_and_the_worker_goes_on() {
         let good = la.prefetch(&[n - 1, 0]);
         let mut out = vec![7.0f32; 3 * fx.table.row_elems() as usize];
         match bad.wait_into(&mut out) {
-            Err(LookaheadError::Gather(e)) => {
-                assert_eq!(
-                    (e.kind(), e.row()),
-                    (ErrorKind::RowOutOfRange, Some(n)),
-                    "{s}"
-                )
-            }
+            Err(e) => assert_eq!(
+                (e.kind(), e.row()),
+                (ErrorKind::RowOutOfRange, Some(n)),
+                "{s}"
+            ),
             other => panic!("{s}: {other:?}"),
         }
         assert!(out.iter().all(|&x| x == 7.0), "{s}: output written");
@@ -149,7 +147,7 @@ fn errors_surface_at_wait_and_the_worker_goes_on() {
         let h = la.prefetch(&[1]);
         assert!(matches!(
             h.wait_into(&mut out),
-            Err(LookaheadError::OutputLength { .. })
+            Err(e) if e.kind() == ErrorKind::OutputSize
         ));
     }
 }
@@ -300,4 +298,56 @@ fn cold_replays_evict_before_prefill_and_decode() {
     if let Some(b) = rep.prefill.read_bytes {
         assert!(b > 0, "a cold prefill read nothing");
     }
+}
+
+/// `Table::prefetch`, the engines' entry: ids checked at the call, one
+/// worker for a table and its clones, each batch gathered with the handle it
+/// was prefetched on, and a batch outliving every handle still completes.
+#[test]
+fn table_prefetch_checks_ids_now_and_follows_its_handle() {
+    let fx = Fixture::qwen(3000, 6);
+    let table = fx.reader();
+    let n = table.rows();
+    let rows = random_rows(&fx, 300, 11);
+    let want = bits(&fx.reference(&rows));
+
+    // A bad id is an error at the call, naming it; nothing is queued.
+    let e = table.prefetch(&[0, n], pleio::Dtype::F32).unwrap_err();
+    assert_eq!((e.kind(), e.row()), (ErrorKind::RowOutOfRange, Some(n)));
+
+    // Clones with other strategies share the worker; each batch uses its own
+    // handle's strategy (the stats name the backend that served it).
+    let pread = table.clone().with_strategy(Strategy::Pread);
+    let fault = table.clone().with_strategy(Strategy::Fault);
+    let a = pread.prefetch(&rows, pleio::Dtype::F32).unwrap();
+    let b = fault.prefetch(&rows, pleio::Dtype::F32).unwrap();
+    let (a, b) = (a.wait().unwrap(), b.wait().unwrap());
+    assert_eq!((bits(&a.data), bits(&b.data)), (want.clone(), want.clone()));
+    assert_eq!(a.stats.backend, Some("pread"));
+    assert_eq!(b.stats.backend, None);
+
+    // Another dtype: the bytes a direct gather_as writes.
+    let mut direct = vec![0u8; table.out_bytes(pleio::Dtype::Bf16, rows.len()).unwrap()];
+    table
+        .gather_as(pleio::Dtype::Bf16, &rows, &mut direct)
+        .unwrap();
+    let p = table
+        .prefetch(&rows, pleio::Dtype::Bf16)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!((p.bytes, p.data.len()), (direct.clone(), 0));
+    // A wrong-sized output is an OutputSize error.
+    let e = table
+        .prefetch(&rows, pleio::Dtype::Bf16)
+        .unwrap()
+        .wait_into_bytes(&mut [0u8; 3])
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::OutputSize);
+
+    // Every handle dropped with a batch in flight: the batch completes, and
+    // the worker stops (the drop does not hang).
+    let pending = pread.prefetch(&rows, pleio::Dtype::F32).unwrap();
+    drop((table, pread, fault));
+    assert_eq!(bits(&pending.wait().unwrap().data), want);
 }

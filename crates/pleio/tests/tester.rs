@@ -137,9 +137,11 @@ fn sources() -> Vec<(&'static str, Source)> {
 enum Path {
     /// `Table::gather_as_with` on the calling thread.
     Direct,
-    /// `Lookahead::prefetch` then `wait_into` (f32 only: the lookahead hands
-    /// over decoded rows).
+    /// `Lookahead::prefetch` then `wait_into` (f32).
     Lookahead,
+    /// `Table::prefetch(rows, dtype)` (the engines' entry: one worker per
+    /// table, started on first use) then `wait_into_bytes`.
+    Prefetch,
 }
 
 /// The row lists every combination must agree on.
@@ -210,6 +212,18 @@ fn run(table: &Table, path: Path, s: Strategy, dtype: Dtype, rows: &[u64]) -> Ve
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             out.iter().flat_map(|x| x.to_le_bytes()).collect()
         }
+        Path::Prefetch => {
+            let table = table.clone().with_strategy(s);
+            let mut out = vec![0xa5u8; table.out_bytes(dtype, rows.len()).unwrap()];
+            let p = table
+                .prefetch(rows, dtype)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let done = p
+                .wait_into_bytes(&mut out)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!((done.rows.as_slice(), done.dtype), (rows, dtype), "{what}");
+            out
+        }
     }
 }
 
@@ -217,6 +231,7 @@ fn run(table: &Table, path: Path, s: Strategy, dtype: Dtype, rows: &[u64]) -> Ve
 fn paths() -> Vec<(Path, Dtype)> {
     let mut v: Vec<(Path, Dtype)> = Dtype::ALL.iter().map(|&d| (Path::Direct, d)).collect();
     v.push((Path::Lookahead, Dtype::F32));
+    v.extend(Dtype::ALL.iter().map(|&d| (Path::Prefetch, d)));
     v
 }
 
@@ -294,7 +309,6 @@ fn bad_ids_and_buffers_fail_before_anything_is_written() {
                 let la = table.clone().with_strategy(s).lookahead().unwrap();
                 let mut out = vec![7.0f32; rows.len() * table.row_elems()];
                 let e = la.prefetch(&rows).wait_into(&mut out).unwrap_err();
-                let e = pleio::Error::from(e);
                 assert_eq!((e.kind(), e.row()), (ErrorKind::RowOutOfRange, Some(bad)));
                 assert!(
                     out.iter().all(|&x| x == 7.0),

@@ -196,7 +196,7 @@ impl DemoTable {
 
 /// Refuses to write `bytes` into `dir` when its file system has less free.
 fn check_free(dir: &Path, bytes: u64) -> Result<()> {
-    if let Some(free) = pleio::sys::free_bytes(dir) {
+    if let Some(free) = pleio_lab::os::free_bytes(dir) {
         if free < bytes.saturating_add(64 << 20) {
             bail!(
                 "the demo table needs {} in {} but only {} is free: pass a smaller --size or another --dir",

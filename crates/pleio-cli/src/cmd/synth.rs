@@ -291,7 +291,7 @@ fn check_free_space(output: &std::path::Path, need: u64) -> Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    if let Some(free) = pleio::sys::free_bytes(&dir) {
+    if let Some(free) = pleio_lab::os::free_bytes(&dir) {
         if free < need {
             bail!(
                 "{} needs {} but only {} is free on {}; use --sparse or fewer --rows",

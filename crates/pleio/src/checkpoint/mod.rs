@@ -27,6 +27,7 @@
 
 use std::path::PathBuf;
 
+use crate::error::{Error, ErrorKind};
 use crate::ngram::{NgramError, QwenNgramParams};
 use crate::quant::encoding::{Encoding, EncodingDecoder, EncodingError};
 use crate::safetensors::{Dtype, SafetensorsError};
@@ -36,6 +37,7 @@ mod discover;
 mod manifest;
 
 pub use crate::layout::{Extent, RowExtents, Shard, ShardPart};
+use crate::layout::{Layout, TableError};
 pub use config::{ConfigError, NgramConfig};
 pub use manifest::PLE_STORE_FILE_NAME;
 
@@ -424,5 +426,63 @@ impl CheckpointTable {
             },
             config::CheckedParamsError::Ngram(e) => CheckpointError::Ngram(e),
         })
+    }
+}
+
+// The checkpoint builds its layout: `layout` knows no file format.
+impl Layout {
+    /// The layout of a checkpoint's PLE table: its shards and parts as
+    /// found (and checked against the files) by [`CheckpointTable::open`].
+    pub fn of_checkpoint(t: &CheckpointTable) -> Result<Layout, TableError> {
+        let name = match t.kind {
+            TableKind::Gemma4 => t
+                .shards
+                .first()
+                .and_then(|s| s.parts.first())
+                .map_or_else(|| t.prefix.clone(), |p| p.tensor.clone()),
+            TableKind::QwenNgram => format!("{}ngram_embedding", t.prefix),
+        };
+        Layout::encoded(
+            name,
+            t.encoding,
+            t.row_elems,
+            t.rows,
+            t.row_bytes(),
+            t.shards.clone(),
+        )
+    }
+}
+
+impl From<CheckpointError> for Error {
+    fn from(e: CheckpointError) -> Error {
+        let kind = match &e {
+            CheckpointError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                ErrorKind::NotFound
+            }
+            CheckpointError::Io { .. } => ErrorKind::Io,
+            CheckpointError::Safetensors(SafetensorsError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                ErrorKind::NotFound
+            }
+            CheckpointError::Safetensors(SafetensorsError::Io { .. }) => ErrorKind::Io,
+            CheckpointError::NoTable { .. } | CheckpointError::NoSuchLayer { .. } => {
+                ErrorKind::NoTable
+            }
+            CheckpointError::Unsupported { .. } | CheckpointError::Encoding(_) => {
+                ErrorKind::Unsupported
+            }
+            CheckpointError::Config { .. }
+            | CheckpointError::BufferMismatch { .. }
+            | CheckpointError::NoConfig
+            | CheckpointError::Ngram(_) => ErrorKind::RowIds,
+            CheckpointError::RowOutOfRange { .. } => ErrorKind::RowOutOfRange,
+            _ => ErrorKind::InvalidFile,
+        };
+        let row = match &e {
+            CheckpointError::RowOutOfRange { row, .. } => Some(*row),
+            _ => None,
+        };
+        Error::new(kind, e).at(row, None, None)
     }
 }

@@ -16,7 +16,9 @@
 //!   ([`known_pages`]) that re-arms itself on an eviction signature;
 //! - `cached` ([`cached`]): a budgeted row cache in pleio's own memory
 //!   ([`crate::cache`]), misses read with `O_DIRECT`;
-//! - [`warm`]: prewarming the row cache or the page cache from a profile.
+//! - [`warm`]: prewarming the row cache or the page cache from a profile;
+//! - [`lookahead`]: a batch fetched in the background while the current one
+//!   computes ([`Table::prefetch`]).
 //!
 //! On any error the caller's output is untouched: every strategy reads all
 //! of a batch's bytes before it writes the output.
@@ -25,6 +27,10 @@ mod auto;
 mod cached;
 mod direct;
 mod known_pages;
+#[cfg(feature = "internals")]
+pub mod lookahead;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod lookahead;
 mod totals;
 mod warm;
 
@@ -41,17 +47,17 @@ use std::sync::{Arc, OnceLock};
 
 use crate::cache::{CacheCounters, CachePolicy, Sizing};
 use crate::checkpoint::{CheckpointError, CheckpointTable, TableKind};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::io::IoError;
 use crate::layout::{Layout, RowFormat, RowId, TableError};
-use crate::lookahead::Lookahead;
 use crate::map::{CopyError, Mapping};
 use crate::model::Model;
-use crate::ngram::{Gemma4Rows, ModelRows};
+use crate::ngram::{Gemma4Rows, ModelRows, OwnedSequence};
 use crate::output::{Decoder, Dtype, Out, Rounding};
 use crate::page_plan::{Bounds, Planner, RowSpan};
 use crate::quant::DecodeError;
 use crate::sys::{self, AdviceOutcome, Advisor, MemRun};
+use lookahead::{Lookahead, Prefetch};
 
 /// How row bytes are brought in from the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -81,7 +87,7 @@ pub enum Strategy {
     /// `Advise` does), then those rows are decoded from the mapping too.
     Auto,
     /// A row cache in pleio's own memory, within the handle's byte budget
-    /// ([`Table::with_budget`]): hits are decoded from it, misses read with
+    /// ([`OpenOptions::cache_budget`](crate::OpenOptions::cache_budget)): hits are decoded from it, misses read with
     /// `O_DIRECT` (nothing enters the page cache) and stored as their stored
     /// bytes.
     Cached,
@@ -115,7 +121,8 @@ impl Strategy {
     }
 
     /// True for the strategies that decode from the mapping only.
-    pub fn is_mapped(self) -> bool {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn is_mapped(self) -> bool {
         matches!(self, Strategy::Fault | Strategy::Advise)
     }
 }
@@ -241,8 +248,10 @@ fn display_path(path: &Path) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// What one gather did.
+/// What one gather did. New counters may be added: build one with
+/// `GatherStats::default()` and read its fields.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GatherStats {
     /// Row ids requested (duplicates counted).
     pub rows: u64,
@@ -436,7 +445,7 @@ struct Shared {
 /// # Ok(()) }
 /// ```
 ///
-/// A handle owns its file (mapped once), its [`Layout`] and its read
+/// A handle owns its file (mapped once), its layout and its read
 /// backends. It is `Send + Sync` and cheap to clone (an `Arc` inside):
 /// clones share the backends (created once, on first use) and `auto`'s
 /// residency knowledge, and `gather` takes `&self`, so many threads may
@@ -452,6 +461,19 @@ pub struct Table {
     strategy: Strategy,
     detailed: bool,
     cache: Arc<cached::CacheCell>,
+    /// The worker of [`Table::prefetch`], started on first use and shared
+    /// by the clones and the handles made from this one (each batch carries
+    /// the handle it was prefetched on, so their strategy and rounding
+    /// apply).
+    prefetcher: Arc<Prefetcher>,
+}
+
+/// The lazily started lookahead worker of a table handle and its clones.
+#[derive(Debug, Default)]
+struct Prefetcher {
+    worker: OnceLock<Lookahead>,
+    /// Held while starting the worker, so only one thread ever makes one.
+    start: std::sync::Mutex<()>,
 }
 
 impl fmt::Debug for Table {
@@ -466,19 +488,6 @@ impl fmt::Debug for Table {
 }
 
 impl Table {
-    /// Opens the per-layer-embedding table of a model:
-    ///
-    /// - a GGUF file, or the split set it is a shard of:
-    ///   `per_layer_token_embd.weight`;
-    /// - a safetensors checkpoint, given as its directory, its
-    ///   `model.safetensors.index.json`, one `.safetensors` file, or an
-    ///   mlx-vlm `ple-store.json`: the qwen4exp n-gram table (its row shards
-    ///   in shard order, wherever they are) or Gemma 4's
-    ///   `embed_tokens_per_layer.weight` (see [`crate::checkpoint`]).
-    pub fn open(path: impl AsRef<Path>) -> Result<Table, Error> {
-        crate::OpenOptions::new().open(path)
-    }
-
     /// A GGUF file's (or split set's) PLE table, or its 2-D tensor
     /// `tensor`; `layer`, if given, must be a PLE layer of the model.
     pub(crate) fn open_gguf(
@@ -538,18 +547,10 @@ impl Table {
         }
     }
 
-    /// Opens the PLE table of a safetensors checkpoint (a directory, an
-    /// index, one `.safetensors` file or a `ple-store.json`).
-    pub fn open_checkpoint(path: impl AsRef<Path>) -> Result<Table, Error> {
-        let path = path.as_ref();
-        let table =
-            CheckpointTable::open_layer(path, None).map_err(|e| Error::from(e).in_file(path))?;
-        Table::from_checkpoint(Arc::new(table), path)
-    }
-
     /// A table over a checkpoint table found by [`CheckpointTable::open`]
     /// from `path`: its files are opened and mapped.
-    pub fn from_checkpoint(table: Arc<CheckpointTable>, path: &Path) -> Result<Table, Error> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn from_checkpoint(table: Arc<CheckpointTable>, path: &Path) -> Result<Table, Error> {
         let layout = Layout::of_checkpoint(&table).map_err(|e| Error::from(e).in_file(path))?;
         let mut maps = Vec::with_capacity(table.files.len());
         for f in &table.files {
@@ -575,38 +576,32 @@ impl Table {
         .map_err(|e| e.in_file(path))
     }
 
-    /// [`Table::open_tensor`] when a tensor is named, else [`Table::open`]
-    /// (for tools whose `--tensor` is optional). A checkpoint has one table
-    /// (its PLE table): naming a tensor of it is an error.
-    pub fn open_tensor_or_ple(
-        path: impl AsRef<Path>,
-        tensor: Option<&str>,
-    ) -> Result<Table, Error> {
-        crate::OpenOptions::new().tensor_opt(tensor).open(path)
-    }
-
     /// Opens the 2-D tensor `tensor` of a GGUF file (or split set) as a table.
-    pub fn open_tensor(path: impl AsRef<Path>, tensor: &str) -> Result<Table, Error> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn open_tensor(path: impl AsRef<Path>, tensor: &str) -> Result<Table, Error> {
         let path = path.as_ref();
         let model = Model::open(path).map_err(|e| Error::from(e).in_file(path))?;
         Table::tensor_of(Arc::new(model), tensor).map_err(|e| e.in_file(path))
     }
 
     /// The per-layer-embedding table of an open model.
-    pub fn from_model(model: Arc<Model>) -> Result<Table, Error> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn from_model(model: Arc<Model>) -> Result<Table, Error> {
         let layout = Layout::of_ple(&model)?;
         Table::of_model(model, layout)
     }
 
     /// The 2-D tensor `tensor` of an open model.
-    pub fn tensor_of(model: Arc<Model>, tensor: &str) -> Result<Table, Error> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn tensor_of(model: Arc<Model>, tensor: &str) -> Result<Table, Error> {
         let layout = Layout::of_tensor(&model, tensor)?;
         Table::of_model(model, layout)
     }
 
     /// [`Table::tensor_of`] when a name is given, else [`Table::from_model`]
     /// (for tools whose `--tensor` is optional).
-    pub fn of_tensor_or_ple(model: Arc<Model>, tensor: Option<&str>) -> Result<Table, Error> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn of_tensor_or_ple(model: Arc<Model>, tensor: Option<&str>) -> Result<Table, Error> {
         let layout = Layout::of_tensor_or_ple(&model, tensor)?;
         Table::of_model(model, layout)
     }
@@ -643,6 +638,7 @@ impl Table {
                 DEFAULT_BUDGET,
                 CachePolicy::default(),
             )),
+            prefetcher: Arc::default(),
         };
         for r in reader.shared.table.regions() {
             if let Some(m) = reader.mapping_of(r.file) {
@@ -661,14 +657,16 @@ impl Table {
     }
 
     /// Uses `advisor` for page advice (tests pass a recording one).
-    pub fn with_advisor(mut self, advisor: Arc<dyn Advisor>) -> Table {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn with_advisor(mut self, advisor: Arc<dyn Advisor>) -> Table {
         self.advisor = advisor;
         self
     }
 
     /// Also reports distinct pages and major faults in every
     /// [`GatherStats`] (costs a plan and two `getrusage` calls per gather).
-    pub fn with_detailed_stats(mut self, on: bool) -> Table {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn with_detailed_stats(mut self, on: bool) -> Table {
         self.detailed = on;
         self
     }
@@ -715,7 +713,8 @@ impl Table {
     /// [`DEFAULT_BUDGET`]. A budget too small for the staging of one read
     /// plus one row is an error ([`crate::ErrorKind::Setup`]) naming the
     /// smallest that works.
-    pub fn with_budget(mut self, bytes: u64) -> Result<Table, Error> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn with_budget(mut self, bytes: u64) -> Result<Table, Error> {
         let policy = self.cache.policy;
         // The alignment is known once the file is opened for O_DIRECT; the
         // check here assumes the common worst case (4096) and the cache
@@ -733,41 +732,48 @@ impl Table {
 
     /// Uses `policy` to pick rows to evict from this handle's row cache (a
     /// new, empty cache with the same budget; default [`CachePolicy::Sieve`]).
-    pub fn with_cache_policy(mut self, policy: CachePolicy) -> Table {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn with_cache_policy(mut self, policy: CachePolicy) -> Table {
         self.cache = Arc::new(cached::CacheCell::new(self.cache.budget, policy));
         self
     }
 
     /// The row cache's budget in bytes.
-    pub fn cache_budget(&self) -> u64 {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn cache_budget(&self) -> u64 {
         self.cache.budget
     }
 
     /// The row cache's eviction policy.
-    pub fn cache_policy(&self) -> CachePolicy {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn cache_policy(&self) -> CachePolicy {
         self.cache.policy
     }
 
     /// What the row cache holds and has evicted so far (`None` until a
     /// [`Strategy::Cached`] gather made it).
-    pub fn cache_counters(&self) -> Option<CacheCounters> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn cache_counters(&self) -> Option<CacheCounters> {
         self.cache.made().map(|c| c.cache.counters())
     }
 
     /// Bytes the row cache has allocated (slots, bookkeeping and staging),
     /// at most its budget; 0 until it is made.
-    pub fn cache_allocated_bytes(&self) -> u64 {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn cache_allocated_bytes(&self) -> u64 {
         self.cache.made().map_or(0, |c| c.cache.allocated_bytes())
     }
 
     /// True if `row` is in the row cache now.
-    pub fn is_cached(&self, row: u64) -> bool {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn is_cached(&self, row: u64) -> bool {
         self.cache.made().is_some_and(|c| c.cache.contains(row))
     }
 
     /// Empties the row cache (its memory stays allocated for reuse): the
     /// next [`Strategy::Cached`] gathers start cold.
-    pub fn clear_cache(&self) {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn clear_cache(&self) {
         if let Some(c) = self.cache.made() {
             c.cache.clear();
         }
@@ -789,18 +795,21 @@ impl Table {
     }
 
     /// Pages of the table `auto` currently believes resident.
-    pub fn believed_resident_pages(&self) -> u64 {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn believed_resident_pages(&self) -> u64 {
         self.shared.residency.get().map_or(0, |r| r.count())
     }
 
     /// Where the rows are: name, type, row count and size, and the row ->
     /// extents table.
-    pub fn layout(&self) -> &Layout {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn layout(&self) -> &Layout {
         &self.shared.table
     }
 
     /// The open GGUF model the table belongs to (`None` for a checkpoint).
-    pub fn model(&self) -> Option<&Arc<Model>> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn model(&self) -> Option<&Arc<Model>> {
         match &self.shared.source {
             Source::Model(m) => Some(m),
             Source::Checkpoint { .. } => None,
@@ -808,7 +817,8 @@ impl Table {
     }
 
     /// The checkpoint table this is (`None` for a GGUF table).
-    pub fn checkpoint(&self) -> Option<&Arc<CheckpointTable>> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn checkpoint(&self) -> Option<&Arc<CheckpointTable>> {
         match &self.shared.source {
             Source::Model(_) => None,
             Source::Checkpoint { table, .. } => Some(table),
@@ -823,7 +833,8 @@ impl Table {
 
     /// The path of file `file` of the table (see
     /// [`crate::layout::ShardPart::file`]); empty if there is none.
-    pub fn file_path(&self, file: usize) -> &Path {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn file_path(&self, file: usize) -> &Path {
         self.shared.backends.path(file).unwrap_or(Path::new(""))
     }
 
@@ -842,8 +853,22 @@ impl Table {
     }
 
     /// How the rows are stored: a ggml type or a checkpoint encoding.
-    pub fn ty(&self) -> RowFormat {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn ty(&self) -> RowFormat {
         self.shared.table.ty()
+    }
+
+    /// The name of the stored row format: ggml's type name for a GGUF table
+    /// (`iq4_nl`, `q8_0`, ...), the encoding of a checkpoint table (`bf16`,
+    /// `fp8`, `nvfp4`, `mlx4`).
+    pub fn type_name(&self) -> &'static str {
+        self.shared.table.ty().name()
+    }
+
+    /// ggml's number of the stored type (e.g. 20 for IQ4_NL) for a GGUF
+    /// table; `None` for a checkpoint table.
+    pub fn ggml_type(&self) -> Option<u32> {
+        self.shared.table.ty().ggml().map(|g| g.id())
     }
 
     /// Number of rows.
@@ -869,7 +894,8 @@ impl Table {
     /// How this table's token ids map to row ids: the qwen4exp n-gram hash
     /// from the file's metadata, or gemma4's identity. `row_ids()?.sequence()`
     /// maps one token stream, carrying n-gram history across calls.
-    pub fn row_ids(&self) -> Result<ModelRows, Error> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn row_ids(&self) -> Result<ModelRows, Error> {
         match &self.shared.source {
             Source::Model(model) => ModelRows::from_model(model, &self.shared.table)
                 .map_err(|e| Error::from(e).in_file(self.path())),
@@ -883,15 +909,68 @@ impl Table {
         }
     }
 
+    /// A new token stream of this table's row-id mapping (qwen4exp: the
+    /// n-gram hash with the file's constants, history carried across calls,
+    /// reset by EOS; gemma4: the token is the row): map tokens with
+    /// [`OwnedSequence::map_tokens`]. An error
+    /// ([`crate::ErrorKind::RowIds`]) when the file has no mapping.
+    pub fn sequence(&self) -> Result<OwnedSequence, Error> {
+        Ok(OwnedSequence::new(Arc::new(self.row_ids()?)))
+    }
+
     /// A background prefetcher over this table with its strategy: hand it
     /// the next batch's ids while the current one computes.
-    pub fn lookahead(&self) -> Result<Lookahead, Error> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn lookahead(&self) -> Result<Lookahead, Error> {
         Ok(Lookahead::new(self.clone(), self.strategy)?)
+    }
+
+    /// This handle without its prefetch worker (what a worker's batch
+    /// holds, so the worker never keeps itself alive).
+    fn detached(&self) -> Table {
+        Table {
+            prefetcher: Arc::default(),
+            ..self.clone()
+        }
+    }
+
+    /// Starts fetching `rows` as `dtype` in the background and returns at
+    /// once; [`Prefetch::wait`] (or `wait_into`) hands the rows over. One
+    /// worker thread per table (started on the first prefetch, shared by
+    /// the table's clones, stopped when the last is dropped) runs the whole
+    /// gather, I/O and decode, with this handle's strategy and rounding;
+    /// batches run in the order prefetched. The ids are checked now: a bad
+    /// one is an error here, and nothing is queued. Overlap the next
+    /// batch's reads with this batch's compute.
+    pub fn prefetch(&self, rows: &[u64], dtype: Dtype) -> Result<Prefetch, Error> {
+        self.shared
+            .table
+            .check_rows(rows)
+            .map_err(|e| self.locate(GatherError::Table(e)))?;
+        let worker = match self.prefetcher.worker.get() {
+            Some(w) => w,
+            None => {
+                let _one = self
+                    .prefetcher
+                    .start
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                match self.prefetcher.worker.get() {
+                    Some(w) => w,
+                    None => {
+                        let w = self.lookahead()?;
+                        self.prefetcher.worker.get_or_init(|| w)
+                    }
+                }
+            }
+        };
+        Ok(worker.prefetch_on(self.detached(), dtype, rows))
     }
 
     /// The mapping of the file holding row 0 (for a GGUF table, the one
     /// holding the table), if that file exists.
-    pub fn mapping(&self) -> Option<&Mapping> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn mapping(&self) -> Option<&Mapping> {
         self.mapping_of(self.shared.table.shard())
     }
 
@@ -920,7 +999,8 @@ impl Table {
 
     /// The mapping of file `file` of the table (see
     /// [`crate::layout::ShardPart::file`]).
-    pub fn mapping_of(&self, file: usize) -> Option<&Mapping> {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn mapping_of(&self, file: usize) -> Option<&Mapping> {
         match &self.shared.source {
             Source::Model(m) => m.shard_mapping(file),
             Source::Checkpoint { maps, .. } => maps.get(file),
@@ -947,7 +1027,8 @@ impl Table {
     }
 
     /// [`Table::gather`] with another strategy.
-    pub fn gather_with(
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn gather_with(
         &self,
         strategy: Strategy,
         rows: &[u64],
@@ -972,14 +1053,23 @@ impl Table {
     }
 
     /// [`Table::gather_as`] with another strategy.
-    pub fn gather_as_with(
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn gather_as_with(
         &self,
         strategy: Strategy,
         dtype: Dtype,
         rows: &[u64],
         out: &mut [u8],
     ) -> Result<GatherStats, Error> {
-        let o = Out::bytes(dtype, &self.shared.table, out).map_err(|e| self.locate(e))?;
+        let got = out.len();
+        let o = Out::bytes(dtype, &self.shared.table, out).ok_or_else(|| {
+            self.locate(GatherError::OutputLength {
+                got,
+                need: usize::MAX,
+                rows: 1,
+                row_elems: self.shared.table.row_elems(),
+            })
+        })?;
         self.gather_inner(strategy, rows, o)
             .map_err(|e| self.locate(e))
     }
@@ -1279,5 +1369,38 @@ impl Table {
             bytes.resize(need, 0);
         }
         Ok(need)
+    }
+}
+
+impl From<GatherError> for Error {
+    fn from(e: GatherError) -> Error {
+        match e {
+            GatherError::Table(t) => Error::from(t),
+            GatherError::Decode(d) => Error::from(d),
+            e => {
+                let row = match &e {
+                    GatherError::MappedRead { row, .. } => Some(*row),
+                    _ => None,
+                };
+                let (kind, offset, path) = match &e {
+                    GatherError::OutsideFile { offset, .. }
+                    | GatherError::Unmapped { offset, .. } => (ErrorKind::Io, Some(*offset), None),
+                    GatherError::MappedRead { path, offset, .. } => {
+                        (ErrorKind::Io, Some(*offset), Some(path.clone()))
+                    }
+                    GatherError::Read { path, error, .. } => {
+                        let offset = match error {
+                            IoError::Read { offset, .. }
+                            | IoError::UnexpectedEof { offset, .. } => Some(*offset),
+                            _ => None,
+                        };
+                        (ErrorKind::Io, offset, Some(path.clone()))
+                    }
+                    GatherError::OutputLength { .. } => (ErrorKind::OutputSize, None, None),
+                    _ => (ErrorKind::Setup, None, None),
+                };
+                Error::new(kind, e).at(row, offset, path)
+            }
+        }
     }
 }

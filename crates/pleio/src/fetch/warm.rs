@@ -63,7 +63,8 @@ impl Table {
     /// read with buffered io_uring (every read in flight at queue depth 64),
     /// and marked resident for `auto`. `progress(done, total)` reports rows
     /// read. Ids are checked first.
-    pub fn prewarm(
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn prewarm(
         &self,
         ranked: &[u64],
         budget: u64,

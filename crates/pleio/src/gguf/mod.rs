@@ -389,3 +389,17 @@ pub(crate) fn check_alignment(value: &Value) -> Result<u64, GgufError> {
         }),
     }
 }
+
+impl From<GgufError> for crate::Error {
+    fn from(e: GgufError) -> crate::Error {
+        let kind = match &e {
+            GgufError::Io { error, .. } if error.kind() == std::io::ErrorKind::NotFound => {
+                crate::ErrorKind::NotFound
+            }
+            GgufError::MissingShard { .. } => crate::ErrorKind::NotFound,
+            GgufError::Io { .. } => crate::ErrorKind::Io,
+            _ => crate::ErrorKind::InvalidFile,
+        };
+        crate::Error::new(kind, e)
+    }
+}

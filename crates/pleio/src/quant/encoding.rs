@@ -45,7 +45,7 @@
 use super::convert::{f32_to_bf16, f32_to_bf16_row_scalar, f32_to_f16, f32_to_f16_row_scalar};
 use super::encoding_simd::{Simd, Vbmi};
 use super::float::{bf16_to_f32, f16_to_f32};
-use crate::output::Rounding;
+use crate::quant::Rounding;
 
 /// The canonical NaN every quantized decoder writes.
 pub const CANONICAL_NAN: u32 = 0x7FC0_0000;

@@ -5,8 +5,12 @@
 //! [`decode_row`] is the one entry point; it picks a SIMD kernel at run time
 //! where one exists and falls back to the scalar reference otherwise.
 
+mod rounding;
 mod types;
 
+use crate::error::{Error, ErrorKind};
+
+pub use rounding::Rounding;
 pub use types::GgmlType;
 
 /// Errors from decoding rows.
@@ -207,4 +211,10 @@ pub fn decode_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Decod
 /// True if pleio can decode `ty`.
 pub fn can_decode(ty: GgmlType) -> bool {
     scalar_kernel(ty).is_some()
+}
+
+impl From<DecodeError> for Error {
+    fn from(e: DecodeError) -> Error {
+        Error::new(ErrorKind::Unsupported, e)
+    }
 }

@@ -199,66 +199,12 @@ pub(super) fn dio_alignment(file: &File) -> Option<(u32, u32)> {
         .then_some((stx.stx_dio_offset_align, stx.stx_dio_mem_align))
 }
 
-fn proc_text(path: &str) -> Option<String> {
-    std::fs::read_to_string(path).ok()
-}
 
-pub(super) fn process_read_bytes() -> Option<u64> {
-    proc_text("/proc/self/io")?
-        .lines()
-        .find_map(|l| l.strip_prefix("read_bytes:"))
-        .and_then(|v| v.trim().parse().ok())
-}
 
-pub(super) fn process_major_faults() -> Option<u64> {
-    // `majflt` is field 12 of /proc/self/stat, counted after the command
-    // name (which may hold spaces and parentheses).
-    let text = proc_text("/proc/self/stat")?;
-    let after = &text[text.rfind(')')? + 1..];
-    after.split_whitespace().nth(9)?.parse().ok()
-}
 
-pub(super) fn peak_rss() -> Option<u64> {
-    proc_text("/proc/self/status")?
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-}
 
-pub(super) fn reset_peak_rss() -> bool {
-    std::fs::write("/proc/self/clear_refs", "5").is_ok()
-}
 
-pub(super) fn machine() -> (String, u64, String) {
-    let cpu = proc_text("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, v)| v.trim().to_string())
-        .unwrap_or_default();
-    let mem = proc_text("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024);
-    let kernel = proc_text("/proc/sys/kernel/osrelease")
-        .unwrap_or_default()
-        .trim()
-        .to_string();
-    (cpu, mem, kernel)
-}
 
-pub(super) fn cgroup_texts() -> (String, String) {
-    (
-        proc_text("/proc/self/mountinfo").unwrap_or_default(),
-        proc_text("/proc/self/cgroup").unwrap_or_default(),
-    )
-}
 
 /// `cachestat(2)`'s number (Linux 6.5+; one number for every architecture
 /// with the common syscall table).

@@ -1,7 +1,9 @@
-//! The only place that talks to the OS: page size, free space, mapping and
+//! The only place the engine talks to the OS: page size, mapping and
 //! unmapping, page advice, residency (`mincore`), `O_DIRECT` alignment
-//! (`statx`), fault counters (`getrusage`, `/proc`), cache eviction and
-//! cgroup joins. A port to another OS touches this folder only.
+//! (`statx`), fault counters (`getrusage`), cache eviction and cgroup joins.
+//! A port to another OS touches this folder only. (What only the lab asks
+//! of the OS, `/proc` counters, peak RSS, free space, lives in
+//! `pleio_lab::os`.)
 //!
 //! # Safety
 //!
@@ -20,7 +22,6 @@
 use std::fmt;
 use std::fs::File;
 use std::ops::Range;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -60,11 +61,6 @@ pub fn page_size() -> u64 {
     base::page_size()
 }
 
-/// Free bytes available to this user on the file system holding `path`,
-/// if the OS can tell.
-pub fn free_bytes(path: &Path) -> Option<u64> {
-    base::free_bytes(path)
-}
 
 /// Opens `path` for reading only if it is a regular file: opened without
 /// blocking (`O_NONBLOCK`, so a FIFO or a device cannot hang the open),
@@ -182,41 +178,11 @@ pub fn dio_alignment(file: &File) -> Option<(u32, u32)> {
     adv::dio_alignment(file)
 }
 
-/// Bytes this process has caused to be read from storage so far (Linux
-/// `read_bytes` of `/proc/self/io`: every thread, io_uring workers
-/// included; page-cache hits do not count).
-pub fn process_read_bytes() -> Option<u64> {
-    adv::process_read_bytes()
-}
 
-/// Major page faults of the whole process so far (`majflt` of
-/// `/proc/self/stat`). [`thread_major_faults`] counts one thread's.
-pub fn process_major_faults() -> Option<u64> {
-    adv::process_major_faults()
-}
 
-/// Peak resident set size of this process in bytes (`VmHWM`).
-pub fn peak_rss() -> Option<u64> {
-    adv::peak_rss()
-}
 
-/// Resets [`peak_rss`] to the current RSS (`/proc/self/clear_refs`);
-/// false where the OS refuses.
-pub fn reset_peak_rss() -> bool {
-    adv::reset_peak_rss()
-}
 
-/// This machine's CPU model, physical memory in bytes and kernel release
-/// (empty / 0 where the OS does not tell).
-pub fn machine() -> (String, u64, String) {
-    adv::machine()
-}
 
-/// The texts of `/proc/self/mountinfo` and `/proc/self/cgroup` (empty
-/// where there are none), for locating this process's memory cgroup.
-pub fn cgroup_texts() -> (String, String) {
-    adv::cgroup_texts()
-}
 
 /// Pages of `run` (page-aligned) resident in the page cache (`mincore`),
 /// using `buf` as scratch; `None` where the OS cannot tell.

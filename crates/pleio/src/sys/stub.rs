@@ -7,7 +7,6 @@
 use std::fs::File;
 use std::io;
 use std::ops::Range;
-use std::path::Path;
 
 use super::{AdviceMode, AdviceOutcome, MemRun};
 
@@ -18,9 +17,6 @@ pub(super) fn page_size() -> u64 {
     4096
 }
 
-pub(super) fn free_bytes(_path: &Path) -> Option<u64> {
-    None
-}
 
 pub(super) fn thread_major_faults() -> Option<u64> {
     None
@@ -86,29 +82,11 @@ pub(super) fn dio_alignment(_file: &File) -> Option<(u32, u32)> {
     None
 }
 
-pub(super) fn process_read_bytes() -> Option<u64> {
-    None
-}
 
-pub(super) fn process_major_faults() -> Option<u64> {
-    None
-}
 
-pub(super) fn peak_rss() -> Option<u64> {
-    None
-}
 
-pub(super) fn reset_peak_rss() -> bool {
-    false
-}
 
-pub(super) fn machine() -> (String, u64, String) {
-    (String::new(), 0, String::new())
-}
 
-pub(super) fn cgroup_texts() -> (String, String) {
-    (String::new(), String::new())
-}
 
 /// Only used where there is no `mmap` (non-Unix targets).
 pub(super) fn map_shared_read_only(_file: &File, _len: usize) -> io::Result<*mut u8> {

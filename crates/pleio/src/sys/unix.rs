@@ -1,12 +1,9 @@
 //! Unix implementation of the OS layer.
 
-use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::sync::OnceLock;
 
 use super::MemRun;
@@ -24,22 +21,6 @@ pub(super) fn page_size() -> u64 {
     })
 }
 
-pub(super) fn free_bytes(path: &Path) -> Option<u64> {
-    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `c` is a valid NUL-terminated path and `st` points to writable
-    // memory of the right type; statvfs initializes it on success.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
-    if rc != 0 {
-        return None;
-    }
-    // SAFETY: statvfs returned 0, so `st` is initialized.
-    let st = unsafe { st.assume_init() };
-    // The field types vary by platform (u32 on some 32-bit targets).
-    #[allow(clippy::unnecessary_cast)]
-    let (avail, frsize) = (st.f_bavail as u64, st.f_frsize as u64);
-    Some(avail.saturating_mul(frsize))
-}
 
 pub(super) fn join_cgroup_on_spawn(cmd: &mut std::process::Command, procs: File) -> io::Result<()> {
     let fd = procs.as_raw_fd();

@@ -15,9 +15,13 @@
 //! reads into the page cache, then a normal gather later): it works the same
 //! for every strategy, including `O_DIRECT` ones that bypass the page cache,
 //! and it hides the decode too, so the completion costs nothing but a hand
-//! over. The price is one batch of f32 output held per batch in flight
-//! (5 MiB for a 512-token qwen4exp ubatch), bounded by what the caller keeps
-//! in flight.
+//! over. The price is one batch of output held per batch in flight
+//! (5 MiB of f32 for a 512-token qwen4exp ubatch), bounded by what the
+//! caller keeps in flight.
+//!
+//! [`crate::Table::prefetch`] is the public entry: it starts one worker per
+//! table on first use and queues each batch with the handle it was
+//! prefetched on.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
@@ -25,13 +29,15 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::fetch::{GatherStats, Strategy, Table};
+use crate::output::Dtype;
 
 /// Finished buffers kept for reuse by [`Prefetch::wait_into`].
 const POOL_BUFFERS: usize = 4;
 
-/// Errors from a lookahead.
+/// Errors from a lookahead (the public entries report them as an
+/// [`Error`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LookaheadError {
@@ -46,14 +52,27 @@ pub enum LookaheadError {
     /// fetched.
     #[error("the lookahead worker thread stopped before finishing the batch")]
     WorkerGone,
-    /// The caller's output does not hold the batch's floats.
-    #[error("output holds {got} floats but the prefetched batch has {need}")]
+    /// The caller's output does not hold the batch's floats (or bytes, for
+    /// a batch of another dtype than f32).
+    #[error("output holds {got} {unit} but the prefetched batch has {need}")]
     OutputLength {
-        /// Floats given.
+        /// Floats (bytes) given.
         got: usize,
-        /// Floats in the batch.
+        /// Floats (bytes) in the batch.
         need: usize,
+        /// `floats` or `bytes`.
+        unit: &'static str,
     },
+}
+
+impl From<LookaheadError> for Error {
+    fn from(e: LookaheadError) -> Error {
+        match e {
+            LookaheadError::Gather(g) => g,
+            LookaheadError::OutputLength { .. } => Error::new(ErrorKind::OutputSize, e),
+            other => Error::new(ErrorKind::Setup, other),
+        }
+    }
 }
 
 /// Running totals of one [`Lookahead`], to check what was read when.
@@ -109,6 +128,10 @@ impl Shared {
 type Outcome = Result<Prefetched, Error>;
 
 struct Job {
+    /// The handle to gather with (its decoder, cache and rounding).
+    reader: Table,
+    strategy: Strategy,
+    dtype: Dtype,
     rows: Vec<u64>,
     issued: Instant,
     cancelled: Arc<AtomicBool>,
@@ -132,14 +155,16 @@ pub struct Lookahead {
 impl Lookahead {
     /// Starts the worker for `reader`, gathering with `strategy`.
     pub fn new(reader: Table, strategy: Strategy) -> Result<Lookahead, LookaheadError> {
+        // Without the table's own prefetch worker: a batch never holds the
+        // worker that runs it.
+        let reader = reader.detached().with_strategy(strategy);
         let shared = Arc::new(Shared::default());
         let (tx, rx) = mpsc::channel::<Job>();
         let worker = {
-            let reader = reader.clone();
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name("pleio-lookahead".into())
-                .spawn(move || worker(&reader, strategy, &shared, &rx))
+                .spawn(move || worker(&shared, &rx))
                 .map_err(LookaheadError::Spawn)?
         };
         Ok(Lookahead {
@@ -161,9 +186,15 @@ impl Lookahead {
         self.strategy
     }
 
-    /// Starts fetching `rows` in the background and returns at once. Errors
-    /// (a bad row id) are reported by the handle's `wait`.
+    /// Starts fetching `rows` (as f32) in the background and returns at
+    /// once. Errors (a bad row id) are reported by the handle's `wait`.
     pub fn prefetch(&self, rows: &[u64]) -> Prefetch {
+        self.prefetch_on(self.reader.clone(), Dtype::F32, rows)
+    }
+
+    /// Starts fetching `rows` as `dtype` from `reader` (a handle of the
+    /// same table, with its own strategy and rounding) in the background.
+    pub(crate) fn prefetch_on(&self, reader: Table, dtype: Dtype, rows: &[u64]) -> Prefetch {
         self.shared
             .counters
             .prefetches
@@ -171,6 +202,9 @@ impl Lookahead {
         let (reply, rx) = mpsc::sync_channel(1);
         let cancelled = Arc::new(AtomicBool::new(false));
         let job = Job {
+            strategy: reader.strategy(),
+            reader,
+            dtype,
             rows: rows.to_vec(),
             issued: Instant::now(),
             cancelled: cancelled.clone(),
@@ -230,25 +264,45 @@ impl Drop for Lookahead {
 
 /// The worker loop: one job at a time, until the lookahead is dropped and
 /// the queue is drained.
-fn worker(reader: &Table, strategy: Strategy, shared: &Shared, rx: &Receiver<Job>) {
-    let elems = reader.row_elems();
+fn worker(shared: &Shared, rx: &Receiver<Job>) {
     while let Ok(job) = rx.recv() {
         if job.cancelled.load(Ordering::Acquire) {
             shared.counters.cancelled.fetch_add(1, Ordering::Relaxed);
             continue;
         }
         let started = Instant::now();
-        let mut data = shared.take_buffer();
-        data.clear();
-        data.resize(job.rows.len().saturating_mul(elems), 0.0);
-        let result = reader.gather_with(strategy, &job.rows, &mut data);
+        let reader = &job.reader;
+        let (mut data, mut bytes) = (Vec::new(), Vec::new());
+        let result = if job.dtype == Dtype::F32 {
+            data = shared.take_buffer();
+            data.clear();
+            data.resize(job.rows.len().saturating_mul(reader.row_elems()), 0.0);
+            reader.gather_with(job.strategy, &job.rows, &mut data)
+        } else {
+            match reader.out_bytes(job.dtype, job.rows.len()) {
+                Some(n) => {
+                    bytes.resize(n, 0);
+                    reader.gather_as_with(job.strategy, job.dtype, &job.rows, &mut bytes)
+                }
+                None => Err(Error::new(
+                    ErrorKind::OutputSize,
+                    LookaheadError::OutputLength {
+                        got: 0,
+                        need: usize::MAX,
+                        unit: "bytes",
+                    },
+                )),
+            }
+        };
         let c = &shared.counters;
         c.worker_gathers.fetch_add(1, Ordering::Relaxed);
         c.worker_rows
             .fetch_add(job.rows.len() as u64, Ordering::Relaxed);
         let outcome = result.map(|stats| Prefetched {
             rows: job.rows,
+            dtype: job.dtype,
             data,
+            bytes,
             stats,
             queued: started.duration_since(job.issued),
             fetch_time: started.elapsed(),
@@ -261,23 +315,52 @@ fn worker(reader: &Table, strategy: Strategy, shared: &Shared, rx: &Receiver<Job
 
 /// A batch fetched by the worker.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Prefetched {
     /// The row ids, as prefetched.
     pub rows: Vec<u64>,
-    /// Their decoded rows, `rows.len() * row_elems` floats in request order.
+    /// The output type the rows were fetched as.
+    pub dtype: Dtype,
+    /// Their decoded rows for [`Dtype::F32`], `rows.len() * row_elems`
+    /// floats in request order; empty for another dtype.
     pub data: Vec<f32>,
+    /// Their rows as `dtype` bytes for the other dtypes (little-endian,
+    /// rows back to back, as [`crate::Table::gather_as`] writes them);
+    /// empty for [`Dtype::F32`].
+    pub bytes: Vec<u8>,
     /// What the worker's gather did (its thread took any faults).
     pub stats: GatherStats,
     /// From `prefetch` until the worker started on the batch.
-    pub queued: Duration,
+    pub(crate) queued: Duration,
     /// The worker's gather time.
-    pub fetch_time: Duration,
+    pub(crate) fetch_time: Duration,
     /// How long the completing caller blocked waiting for the worker (zero
     /// when the batch was ready): the fetch time left exposed.
-    pub waited: Duration,
+    pub(crate) waited: Duration,
 }
 
-/// A batch being fetched in the background (see [`Lookahead::prefetch`]).
+impl Prefetched {
+    /// From `prefetch` until the worker started on the batch.
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn queued(&self) -> Duration {
+        self.queued
+    }
+
+    /// The worker's gather time.
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn fetch_time(&self) -> Duration {
+        self.fetch_time
+    }
+
+    /// How long the completing caller blocked waiting for the worker.
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn waited(&self) -> Duration {
+        self.waited
+    }
+}
+
+/// A batch being fetched in the background (see
+/// [`crate::Table::prefetch`]).
 ///
 /// Dropping it unawaited is safe: a batch not yet started is skipped, one
 /// in progress finishes and is discarded.
@@ -304,8 +387,13 @@ impl Prefetch {
     }
 
     /// Blocks until the batch is fetched and takes it: the rows, their
-    /// floats and the worker's stats. Reads nothing itself.
-    pub fn wait(mut self) -> Result<Prefetched, LookaheadError> {
+    /// output and the worker's stats. Reads nothing itself. A failed
+    /// gather (a bad row id, a read error) is its error.
+    pub fn wait(self) -> Result<Prefetched, Error> {
+        Ok(self.take()?)
+    }
+
+    fn take(mut self) -> Result<Prefetched, LookaheadError> {
         let t = Instant::now();
         let got = match self.ready.take() {
             Some(r) => r,
@@ -316,20 +404,53 @@ impl Prefetch {
         Ok(p)
     }
 
-    /// Like [`Prefetch::wait`], but copies the floats into `out` (which must
-    /// hold exactly the batch) and keeps the worker's buffer for reuse.
-    /// On error `out` is untouched.
-    pub fn wait_into(self, out: &mut [f32]) -> Result<Prefetched, LookaheadError> {
+    /// Like [`Prefetch::wait`], but copies the floats of an f32 batch into
+    /// `out` (which must hold exactly the batch) and keeps the worker's
+    /// buffer for reuse. On error `out` is untouched.
+    pub fn wait_into(self, out: &mut [f32]) -> Result<Prefetched, Error> {
         let shared = self.shared.clone();
-        let mut p = self.wait()?;
-        if out.len() != p.data.len() {
+        let mut p = self.take()?;
+        if p.dtype != Dtype::F32 || out.len() != p.data.len() {
             return Err(LookaheadError::OutputLength {
                 got: out.len(),
                 need: p.data.len(),
-            });
+                unit: "floats",
+            }
+            .into());
         }
         out.copy_from_slice(&p.data);
         shared.recycle(std::mem::take(&mut p.data));
+        Ok(p)
+    }
+
+    /// Like [`Prefetch::wait`], but copies the batch as the bytes of its
+    /// dtype (f32 rows as little-endian floats) into `out`, which must hold
+    /// exactly [`crate::Table::out_bytes`]`(dtype, rows)`. On error `out`
+    /// is untouched.
+    pub fn wait_into_bytes(self, out: &mut [u8]) -> Result<Prefetched, Error> {
+        let shared = self.shared.clone();
+        let mut p = self.take()?;
+        let need = if p.dtype == Dtype::F32 {
+            p.data.len().saturating_mul(4)
+        } else {
+            p.bytes.len()
+        };
+        if out.len() != need {
+            return Err(LookaheadError::OutputLength {
+                got: out.len(),
+                need,
+                unit: "bytes",
+            }
+            .into());
+        }
+        if p.dtype == Dtype::F32 {
+            for (d, x) in out.chunks_exact_mut(4).zip(&p.data) {
+                d.copy_from_slice(&x.to_le_bytes());
+            }
+            shared.recycle(std::mem::take(&mut p.data));
+        } else {
+            out.copy_from_slice(&p.bytes);
+        }
         Ok(p)
     }
 }
