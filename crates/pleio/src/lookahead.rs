@@ -18,6 +18,12 @@
 //! over. The price is one batch of f32 output held per batch in flight
 //! (5 MiB for a 512-token qwen4exp ubatch), bounded by what the caller keeps
 //! in flight.
+//!
+//! After `fork()` the worker thread does not exist in the child: a child's
+//! first prefetch starts the child's own worker. A batch prefetched before
+//! the fork cannot be completed in the child (its worker is the parent's):
+//! waiting for it there fails with [`LookaheadError::Forked`] at once
+//! instead of blocking forever.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
@@ -27,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::Error;
 use crate::fetch::{GatherStats, Strategy, Table};
+use crate::io::process::PerProcess;
 
 /// Finished buffers kept for reuse by [`Prefetch::wait_into`].
 const POOL_BUFFERS: usize = 4;
@@ -46,6 +53,18 @@ pub enum LookaheadError {
     /// fetched.
     #[error("the lookahead worker thread stopped before finishing the batch")]
     WorkerGone,
+    /// The batch was prefetched by another process (before a `fork()`):
+    /// its worker thread is that process's. Prefetch it again here.
+    #[error(
+        "this batch was prefetched in process {by} before a fork; this is process {now}: \
+         prefetch it again here"
+    )]
+    Forked {
+        /// The process that prefetched it.
+        by: u32,
+        /// The calling process.
+        now: u32,
+    },
     /// The caller's output does not hold the batch's floats.
     #[error("output holds {got} floats but the prefetched batch has {need}")]
     OutputLength {
@@ -88,16 +107,18 @@ struct Shared {
 }
 
 impl Shared {
+    // `try_lock`: reusing a buffer is optional, and a process forked while
+    // another thread held the lock must not wait for it forever.
     fn take_buffer(&self) -> Vec<f32> {
         self.pool
-            .lock()
+            .try_lock()
             .ok()
             .and_then(|mut p| p.pop())
             .unwrap_or_default()
     }
 
     fn recycle(&self, buf: Vec<f32>) {
-        if let Ok(mut p) = self.pool.lock() {
+        if let Ok(mut p) = self.pool.try_lock() {
             if p.len() < POOL_BUFFERS {
                 p.push(buf);
             }
@@ -125,29 +146,56 @@ pub struct Lookahead {
     reader: Table,
     strategy: Strategy,
     shared: Arc<Shared>,
+    /// The worker of each process using the lookahead (see the module
+    /// documentation on `fork()`).
+    worker: PerProcess<Worker>,
+}
+
+/// One process's worker thread and its queue.
+#[derive(Debug)]
+struct Worker {
     tx: Option<Sender<Job>>,
-    worker: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    fn start(reader: &Table, strategy: Strategy, shared: &Arc<Shared>) -> std::io::Result<Worker> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let reader = reader.clone();
+        let shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("pleio-lookahead".into())
+            .spawn(move || worker(&reader, strategy, &shared, &rx))?;
+        Ok(Worker {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Worker {
+    /// Lets the worker finish the batches whose handles are still alive,
+    /// then joins it.
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(w) = self.thread.take() {
+            // A panicked worker has already reported `WorkerGone` to its
+            // handles; nothing more to do here.
+            let _ = w.join();
+        }
+    }
 }
 
 impl Lookahead {
     /// Starts the worker for `reader`, gathering with `strategy`.
     pub fn new(reader: Table, strategy: Strategy) -> Result<Lookahead, LookaheadError> {
         let shared = Arc::new(Shared::default());
-        let (tx, rx) = mpsc::channel::<Job>();
-        let worker = {
-            let reader = reader.clone();
-            let shared = shared.clone();
-            std::thread::Builder::new()
-                .name("pleio-lookahead".into())
-                .spawn(move || worker(&reader, strategy, &shared, &rx))
-                .map_err(LookaheadError::Spawn)?
-        };
+        let worker = Worker::start(&reader, strategy, &shared).map_err(LookaheadError::Spawn)?;
         Ok(Lookahead {
             reader,
             strategy,
             shared,
-            tx: Some(tx),
-            worker: Some(worker),
+            worker: PerProcess::new(worker),
         })
     }
 
@@ -176,16 +224,27 @@ impl Lookahead {
             cancelled: cancelled.clone(),
             reply,
         };
-        // A send fails only if the worker died; the handle then reports
-        // `WorkerGone` at wait (its reply sender is dropped with the job).
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(job);
+        let mut ready = None;
+        // A process forked since `new` starts its own worker here.
+        match self
+            .worker
+            .get_or_try_init(|| Worker::start(&self.reader, self.strategy, &self.shared))
+        {
+            // A send fails only if the worker died; the handle then reports
+            // `WorkerGone` at wait (its reply sender is dropped with the job).
+            Ok(w) => {
+                if let Some(tx) = &w.tx {
+                    let _ = tx.send(job);
+                }
+            }
+            Err(e) => ready = Some(Err(LookaheadError::Spawn(e))),
         }
         Prefetch {
             rx,
             cancelled,
             shared: self.shared.clone(),
-            ready: None,
+            ready,
+            pid: std::process::id(),
         }
     }
 
@@ -213,17 +272,6 @@ impl Lookahead {
             worker_rows: c.worker_rows.load(Ordering::Relaxed),
             cancelled: c.cancelled.load(Ordering::Relaxed),
             direct_gathers: c.direct_gathers.load(Ordering::Relaxed),
-        }
-    }
-}
-
-impl Drop for Lookahead {
-    fn drop(&mut self) {
-        drop(self.tx.take());
-        if let Some(w) = self.worker.take() {
-            // A panicked worker has already reported `WorkerGone` to its
-            // handles; nothing more to do here.
-            let _ = w.join();
         }
     }
 }
@@ -287,12 +335,17 @@ pub struct Prefetch {
     cancelled: Arc<AtomicBool>,
     shared: Arc<Shared>,
     ready: Option<Result<Outcome, LookaheadError>>,
+    /// The process that prefetched the batch (its worker fetches it).
+    pid: u32,
 }
 
 impl Prefetch {
     /// True once the worker has finished (or given up on) the batch; never
     /// blocks.
     pub fn is_ready(&mut self) -> bool {
+        if self.ready.is_none() {
+            self.forked();
+        }
         if self.ready.is_none() {
             self.ready = match self.rx.try_recv() {
                 Ok(o) => Some(Ok(o)),
@@ -306,6 +359,7 @@ impl Prefetch {
     /// Blocks until the batch is fetched and takes it: the rows, their
     /// floats and the worker's stats. Reads nothing itself.
     pub fn wait(mut self) -> Result<Prefetched, LookaheadError> {
+        self.forked();
         let t = Instant::now();
         let got = match self.ready.take() {
             Some(r) => r,
@@ -331,6 +385,18 @@ impl Prefetch {
         out.copy_from_slice(&p.data);
         shared.recycle(std::mem::take(&mut p.data));
         Ok(p)
+    }
+}
+
+impl Prefetch {
+    /// In a process forked since the prefetch, the outcome is
+    /// [`LookaheadError::Forked`]: the worker that would send it is the
+    /// parent's.
+    fn forked(&mut self) {
+        let now = std::process::id();
+        if self.ready.is_none() && now != self.pid {
+            self.ready = Some(Err(LookaheadError::Forked { by: self.pid, now }));
+        }
     }
 }
 
