@@ -77,6 +77,11 @@ typedef enum pleio_status {
    * says where. The handle stays usable.
    */
   PLEIO_ERR_INTERNAL = 12,
+  /**
+   * `pleio_close_timeout`: calls on the handle were still running when
+   * the timeout passed; the handle stays open (close it again later).
+   */
+  PLEIO_ERR_BUSY = 13,
 } pleio_status;
 
 /**
@@ -339,13 +344,26 @@ int pleio_open_with(const char *path,
 
 /**
  * Closes a table handle. NULL is ignored; a handle already closed (or not
- * a table) is ignored too, with `pleio_last_error` set. Calls on tables
- * running on other threads finish first (the close waits for them); later
- * calls with the handle fail with `PLEIO_ERR_HANDLE`. Prefetches and
+ * a table) is ignored too, with `pleio_last_error` set. Calls on this
+ * handle running on other threads finish first (the close waits for them,
+ * and only for them: calls on other handles go on; see
+ * `pleio_close_timeout` to bound the wait); later calls with the handle
+ * fail with `PLEIO_ERR_HANDLE`. Prefetches and
  * sequences made from the table stay valid until they are ended
  * themselves.
  */
 void pleio_close(struct pleio_table *t);
+
+/**
+ * `pleio_close`, waiting at most `timeout_ms` milliseconds for the calls
+ * running on this handle in other threads (a gather stuck on a dead
+ * network file system, say). Returns 0 when the handle is closed,
+ * `PLEIO_ERR_BUSY` when calls on it were still running at the timeout
+ * (the handle then stays open and usable: close it again later), or
+ * `PLEIO_ERR_HANDLE` for NULL or a handle already closed. Calls on other
+ * handles never delay a close.
+ */
+int pleio_close_timeout(struct pleio_table *t, uint32_t timeout_ms);
 
 /**
  * Describes the table in `*info`. Its strings belong to the table and
@@ -484,7 +502,8 @@ int pleio_sequence_new(struct pleio_table *t, struct pleio_sequence **out);
  * # Safety
  * `tokens` must point at `n` readable `int32_t`, `rows` at `rows_cap`
  * writable `int64_t`, and `rows_written_or_null` be NULL or writable; none
- * overlapping.
+ * overlapping (an overlap within the bytes the call would write is
+ * refused with `PLEIO_ERR_ARGUMENT` before anything is written).
  */
 int pleio_sequence_map(struct pleio_sequence *s,
                        const int32_t *tokens,

@@ -11,6 +11,10 @@
 #                    linked to libpleio_capi.so with the system C++ compiler;
 #   capi_guard.c     the SIGBUS guard in a host that installs its own handler
 #                    first or later, or blocks SIGBUS (linked as capi_test).
+#   capi_stress.cpp  $PLEIO_STRESS_SECONDS (default 3) of threads opening,
+#                    gathering, prefetching and closing tables of every
+#                    strategy, then fork() of tables in use (uring-direct,
+#                    uring, pool, auto), a hang failing by alarm().
 #
 #   scripts/capi_test.sh [PATH/TO/pleio]
 #
@@ -37,6 +41,7 @@ trap 'rm -rf "$WORK"' EXIT
 # --- fixtures ---
 "$PLEIO" synth --rows 5000 --seed 11 -o "$WORK/q.gguf" >/dev/null
 "$PLEIO" synth --arch gemma4 --layers 2 --rows 300 --seed 12 -o "$WORK/g.gguf" >/dev/null
+"$PLEIO" synth --rows 200000 --seed 16 -o "$WORK/big.gguf" >/dev/null
 echo "this is not a GGUF file" >"$WORK/bad.gguf"
 "$PLEIO" inspect --json "$WORK/q.gguf" >"$WORK/inspect.json"
 python3 - "$WORK" <<'EOF'
@@ -115,6 +120,9 @@ NATIVE=(-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc)
 "$CXX" -std=c++17 -Wall -Wextra -Werror "${SAN[@]}" -I include \
     crates/pleio-capi/tests/c/capi_threads.cpp -L "$TARGET/release" -lpleio_capi \
     -Wl,-rpath,"$TARGET/release" -pthread -o "$WORK/capi_threads"
+"$CXX" -std=c++17 -Wall -Wextra -Werror "${SAN[@]}" -I include \
+    crates/pleio-capi/tests/c/capi_stress.cpp -L "$TARGET/release" -lpleio_capi \
+    -Wl,-rpath,"$TARGET/release" -pthread -o "$WORK/capi_stress"
 
 # --- run ---
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
@@ -123,6 +131,7 @@ status=0
 "$WORK/capi_test" "$WORK" || status=1
 "$WORK/capi_threads" "$WORK" || status=1
 "$WORK/capi_guard" "$WORK" || status=1
+"$WORK/capi_stress" "$WORK" "${PLEIO_STRESS_SECONDS:-3}" || status=1
 if [ "$status" -ne 0 ]; then
     echo "capi_test: FAILED" >&2
     exit 1

@@ -221,9 +221,23 @@ pub fn with_table<R>(
     TABLES.with(token, f)
 }
 
-/// Ends the handle `token`, once the calls in flight on tables are done.
+/// Ends the handle `token`, once the calls in flight on it are done
+/// (calls on other tables go on meanwhile).
 pub fn close(token: usize) -> Result<(), Failure> {
     TABLES.remove(token).map(drop)
+}
+
+/// [`close`], waiting at most `timeout` for the calls in flight on the
+/// handle: `PLEIO_ERR_BUSY` (the handle stays open) when they outlast it.
+pub fn close_within(token: usize, timeout: std::time::Duration) -> Result<(), Failure> {
+    TABLES.remove_within(token, Some(timeout)).map(drop)
+}
+
+/// Handle slots each registry has made (tables, prefetches, sequences):
+/// the most handles of each kind open at once, since slots of ended
+/// handles are reused. For tests and leak checks; not in the C header.
+pub fn handle_slots() -> [usize; 3] {
+    [TABLES.slots(), PREFETCHES.slots(), SEQUENCES.slots()]
 }
 
 impl TableState {

@@ -457,9 +457,11 @@ pub unsafe extern "C" fn pleio_open_with(
 }
 
 /// Closes a table handle. NULL is ignored; a handle already closed (or not
-/// a table) is ignored too, with `pleio_last_error` set. Calls on tables
-/// running on other threads finish first (the close waits for them); later
-/// calls with the handle fail with `PLEIO_ERR_HANDLE`. Prefetches and
+/// a table) is ignored too, with `pleio_last_error` set. Calls on this
+/// handle running on other threads finish first (the close waits for them,
+/// and only for them: calls on other handles go on; see
+/// `pleio_close_timeout` to bound the wait); later calls with the handle
+/// fail with `PLEIO_ERR_HANDLE`. Prefetches and
 /// sequences made from the table stay valid until they are ended
 /// themselves.
 #[no_mangle]
@@ -468,6 +470,23 @@ pub extern "C" fn pleio_close(t: *mut pleio_table) {
         return;
     }
     guard(|| api::close(t.addr()));
+}
+
+/// `pleio_close`, waiting at most `timeout_ms` milliseconds for the calls
+/// running on this handle in other threads (a gather stuck on a dead
+/// network file system, say). Returns 0 when the handle is closed,
+/// `PLEIO_ERR_BUSY` when calls on it were still running at the timeout
+/// (the handle then stays open and usable: close it again later), or
+/// `PLEIO_ERR_HANDLE` for NULL or a handle already closed. Calls on other
+/// handles never delay a close.
+#[no_mangle]
+pub extern "C" fn pleio_close_timeout(t: *mut pleio_table, timeout_ms: u32) -> c_int {
+    guard(|| {
+        api::close_within(
+            t.addr(),
+            std::time::Duration::from_millis(u64::from(timeout_ms)),
+        )
+    })
 }
 
 /// Describes the table in `*info`. Its strings belong to the table and
@@ -766,7 +785,8 @@ pub unsafe extern "C" fn pleio_sequence_new(
 /// # Safety
 /// `tokens` must point at `n` readable `int32_t`, `rows` at `rows_cap`
 /// writable `int64_t`, and `rows_written_or_null` be NULL or writable; none
-/// overlapping.
+/// overlapping (an overlap within the bytes the call would write is
+/// refused with `PLEIO_ERR_ARGUMENT` before anything is written).
 #[no_mangle]
 pub unsafe extern "C" fn pleio_sequence_map(
     s: *mut pleio_sequence,
@@ -791,6 +811,26 @@ pub unsafe extern "C" fn pleio_sequence_map(
                 (tokens.cast(), n.saturating_mul(4)),
                 (rows.cast_const().cast(), need.saturating_mul(8)),
                 "tokens and rows",
+            )?;
+            // Refused before anything is written: the count would land
+            // inside the ids (or the tokens) it counts.
+            let written = (
+                rows_written_or_null.cast_const().cast::<c_void>(),
+                if rows_written_or_null.is_null() {
+                    0
+                } else {
+                    size_of::<usize>()
+                },
+            );
+            disjoint(
+                written,
+                (rows.cast_const().cast(), need.saturating_mul(8)),
+                "rows_written and rows",
+            )?;
+            disjoint(
+                written,
+                (tokens.cast(), n.saturating_mul(4)),
+                "rows_written and tokens",
             )?;
             // SAFETY: the caller promises `n` readable tokens.
             let tokens = unsafe { slice(tokens, n, "tokens") }?;

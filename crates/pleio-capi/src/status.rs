@@ -52,6 +52,9 @@ pub enum pleio_status {
     /// A bug in pleio (a Rust panic, caught at the boundary); the message
     /// says where. The handle stays usable.
     PLEIO_ERR_INTERNAL = 12,
+    /// `pleio_close_timeout`: calls on the handle were still running when
+    /// the timeout passed; the handle stays open (close it again later).
+    PLEIO_ERR_BUSY = 13,
 }
 
 /// Shorter spelling for this crate.

@@ -65,10 +65,12 @@ pub enum Ints<'py> {
     I32(PyReadonlyArray1<'py, i32>),
     /// A uint32 array.
     U32(PyReadonlyArray1<'py, u32>),
-    /// Copied (a list, an array that was not contiguous, a DLPack tensor).
+    /// A C-contiguous DLPack tensor of 32- or 64-bit integers, read in
+    /// place (the view keeps the tensor alive).
+    Dl(DlView<'py>),
+    /// Copied (a list, an array that was not contiguous, narrow DLPack
+    /// integers).
     Owned(Vec<i64>),
-    /// Copied uint64 ids (a DLPack tensor of uint64).
-    OwnedU64(Vec<u64>),
 }
 
 /// The integers of [`Ints`] as a slice, to hand to the engine without the
@@ -96,8 +98,11 @@ impl IntSlice<'_> {
         }
     }
 
-    /// Checks the ids against `table` and widens them into `rows`
-    /// ([`pleio::Table::rows_from`]).
+    /// Copies the ids into `rows` (once, widened), then checks that copy
+    /// against `table` ([`pleio::Table::rows_from`]). The one way ids reach
+    /// the engine from Python: NumPy arrays and DLPack tensors are read in
+    /// place by this copy only, so another thread changing them meanwhile
+    /// can change what is gathered, never make an unchecked id be read.
     pub fn rows_into(self, table: &pleio::Table, rows: &mut Vec<u64>) -> pleio::Result<()> {
         match self {
             IntSlice::I64(s) => table.rows_from(s, rows),
@@ -143,8 +148,9 @@ impl<'py> Ints<'py> {
             Ints::U64(a) => IntSlice::U64(a.as_slice().unwrap_or(&[])),
             Ints::I32(a) => IntSlice::I32(a.as_slice().unwrap_or(&[])),
             Ints::U32(a) => IntSlice::U32(a.as_slice().unwrap_or(&[])),
+            // Only views int_slice takes are kept as `Dl`.
+            Ints::Dl(v) => v.int_slice().unwrap_or(IntSlice::I64(&[])),
             Ints::Owned(v) => IntSlice::I64(v),
-            Ints::OwnedU64(v) => IntSlice::U64(v),
         }
     }
 
@@ -163,12 +169,12 @@ impl<'py> Ints<'py> {
             if let Some(view) = DlView::of(obj, what)? {
                 dl_shape = Some(view.shape().to_vec());
                 if view.is_contiguous() {
-                    let (mut i64s, mut u64s) = (Vec::new(), Vec::new());
+                    view.check_ids(what)?;
                     let shape = view.shape().to_vec();
-                    let ints = if view.copy_ids(what, &mut i64s, &mut u64s)? {
-                        Ints::OwnedU64(u64s)
+                    let ints = if view.int_slice().is_some() {
+                        Ints::Dl(view)
                     } else {
-                        Ints::Owned(i64s)
+                        Ints::Owned(view.widened_ids())
                     };
                     return Ok((ints, shape));
                 }

@@ -19,6 +19,7 @@ use pyo3::types::{PyCapsule, PyCapsuleMethods};
 
 use pleio::Dtype;
 
+use crate::convert::IntSlice;
 use crate::errors;
 
 const LEGACY: &CStr = c"dltensor";
@@ -386,11 +387,9 @@ impl<'py> DlView<'py> {
         unsafe { std::slice::from_raw_parts(self.data.as_ptr(), self.elems * self.itemsize) }
     }
 
-    /// Copies the ids out (once, before they are checked or used, so a
-    /// producer changing them meanwhile cannot make a checked id change)
-    /// into `i64s` or `u64s`, widening narrower integers; returns which
-    /// buffer holds them.
-    pub fn copy_ids(&self, what: &str, i64s: &mut Vec<i64>, u64s: &mut Vec<u64>) -> PyResult<bool> {
+    /// Checks that the tensor can hold ids: in host memory, C-contiguous,
+    /// of an integer dtype.
+    pub fn check_ids(&self, what: &str) -> PyResult<()> {
         if self.device != DL_CPU && self.device != DL_CUDA_HOST {
             return Err(PyValueError::new_err(format!(
                 "{what} is on {}: pass CPU ids (ids.cpu())",
@@ -403,17 +402,41 @@ impl<'py> DlView<'py> {
                 self.shape
             )));
         }
+        if !matches!((self.code, self.bits), (DL_INT | DL_UINT, 8 | 16 | 32 | 64)) {
+            return Err(PyTypeError::new_err(format!(
+                "{what} must hold integers, got a tensor of dtype {}",
+                self.dtype_name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The ids in place (after [`DlView::check_ids`]), when they are
+    /// 32- or 64-bit and aligned: the engine copies them once, then checks
+    /// and uses that copy ([`crate::convert::IntSlice::rows_into`]), as it
+    /// does NumPy's. `None` for narrower or misaligned ids: see
+    /// [`DlView::widened_ids`].
+    pub fn int_slice(&self) -> Option<IntSlice<'_>> {
         let b = self.bytes();
-        i64s.clear();
-        u64s.clear();
+        Some(match (self.code, self.bits) {
+            (DL_INT, 64) => IntSlice::I64(bytemuck::try_cast_slice(b).ok()?),
+            (DL_UINT, 64) => IntSlice::U64(bytemuck::try_cast_slice(b).ok()?),
+            (DL_INT, 32) => IntSlice::I32(bytemuck::try_cast_slice(b).ok()?),
+            (DL_UINT, 32) => IntSlice::U32(bytemuck::try_cast_slice(b).ok()?),
+            _ => return None,
+        })
+    }
+
+    /// The ids copied out (once) and widened to int64, for the dtypes and
+    /// alignments [`DlView::int_slice`] does not take in place.
+    pub fn widened_ids(&self) -> Vec<i64> {
+        let b = self.bytes();
         macro_rules! widen {
             ($t:ty) => {{
                 const N: usize = std::mem::size_of::<$t>();
-                i64s.extend(
-                    b.chunks_exact(N)
-                        .map(|c| <$t>::from_ne_bytes(c.try_into().expect("N bytes")) as i64),
-                );
-                Ok(false)
+                b.chunks_exact(N)
+                    .map(|c| <$t>::from_ne_bytes(c.try_into().expect("N bytes")) as i64)
+                    .collect()
             }};
         }
         match (self.code, self.bits) {
@@ -421,20 +444,11 @@ impl<'py> DlView<'py> {
             (DL_INT, 32) => widen!(i32),
             (DL_INT, 16) => widen!(i16),
             (DL_INT, 8) => widen!(i8),
+            // uint64 above 2^63 - 1 turns negative: still refused, as negative
+            (DL_UINT, 64) => widen!(u64),
             (DL_UINT, 32) => widen!(u32),
             (DL_UINT, 16) => widen!(u16),
-            (DL_UINT, 8) => widen!(u8),
-            (DL_UINT, 64) => {
-                u64s.extend(
-                    b.chunks_exact(8)
-                        .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))),
-                );
-                Ok(true)
-            }
-            _ => Err(PyTypeError::new_err(format!(
-                "{what} must hold integers, got a tensor of dtype {}",
-                self.dtype_name()
-            ))),
+            _ => widen!(u8),
         }
     }
 

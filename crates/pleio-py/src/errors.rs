@@ -12,6 +12,10 @@
 //!
 //! Every instance carries `kind` (the engine's error kind) and `path`,
 //! `tensor`, `row`, `offset` (None where unknown).
+//!
+//! A Rust panic (a bug in pleio) never reaches Python as PyO3's
+//! `PanicException` (a `BaseException`): every entry point runs inside
+//! [`guard`], which raises it as `pleio.Error` with `kind == "internal"`.
 
 use pyo3::exceptions::{
     PyException, PyFileNotFoundError, PyIndexError, PyOSError, PyRuntimeError, PyValueError,
@@ -183,6 +187,31 @@ pub fn output(py: Python<'_>, message: String) -> PyErr {
     match classes(py) {
         Ok(c) => raise(py, &c.output, message, "output_size", None),
         Err(err) => err,
+    }
+}
+
+/// Runs the body of a Python entry point, turning a panic into
+/// `pleio.Error` (kind `"internal"`) naming the panic's message.
+pub fn guard<R>(py: Python<'_>, f: impl FnOnce() -> PyResult<R>) -> PyResult<R> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(match classes(py) {
+                Ok(c) => raise(
+                    py,
+                    &c.error,
+                    format!("internal error (a bug in pleio, please report it): {what}"),
+                    "internal",
+                    None,
+                ),
+                Err(err) => err,
+            })
+        }
     }
 }
 

@@ -29,5 +29,6 @@ fn _pleio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(table::open, m)?)?;
     m.add_function(wrap_pyfunction!(table::row_ids, m)?)?;
     m.add_function(wrap_pyfunction!(table::torch_gather, m)?)?;
+    m.add_function(wrap_pyfunction!(table::_panic_for_test, m)?)?;
     Ok(())
 }

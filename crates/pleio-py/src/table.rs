@@ -22,24 +22,28 @@ thread_local! {
     static ROWS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Runs `f` on `ids` as the engine's row ids: checked (a negative id or
-/// one past the end is an error naming it) and widened, in this thread's
-/// reused buffer; uint64 ids, and int64 ids none of which is negative, are
-/// passed as they are.
+/// Row-id buffers above this many ids are freed after the call rather
+/// than kept for the next (8 MiB).
+const ROWS_KEEP: usize = 1 << 20;
+
+/// Runs `f` on `ids` as the engine's row ids: copied once into this
+/// thread's reused buffer, then checked (a negative id or one past the end
+/// is an error naming it) and used from that copy only
+/// ([`IntSlice::rows_into`]). The ids are the caller's NumPy array or
+/// tensor, which another Python thread may be changing while the GIL is
+/// released: reading them twice (a check, then the gather) would let an id
+/// change after its check.
 fn with_rows<R>(
     table: &pleio::Table,
     ids: IntSlice<'_>,
     f: impl FnOnce(&[u64]) -> pleio::Result<R>,
 ) -> pleio::Result<R> {
-    match ids {
-        IntSlice::U64(rows) => return f(rows),
-        // non-negative int64 ids have the bits of their uint64 values
-        IntSlice::I64(s) if s.iter().all(|&id| id >= 0) => return f(bytemuck::cast_slice(s)),
-        _ => {}
-    }
     ROWS.with(|cell| {
         let mut rows = cell.take();
         let r = ids.rows_into(table, &mut rows).and_then(|()| f(&rows));
+        if rows.capacity() > ROWS_KEEP {
+            rows = Vec::new();
+        }
         cell.replace(rows);
         r
     })
@@ -133,21 +137,23 @@ pub fn open(
     layer: Option<u64>,
     rounding: Option<&str>,
 ) -> PyResult<Table> {
-    let strategy: Strategy = strategy.parse().map_err(PyValueError::new_err)?;
-    let rounding: Rounding = rounding
-        .unwrap_or("exact")
-        .parse()
-        .map_err(PyValueError::new_err)?;
-    let opts = OpenOptions::new()
-        .tensor_opt(tensor.as_deref())
-        .layer_opt(layer)
-        .strategy(strategy)
-        .rounding(rounding);
-    let table = py.detach(|| opts.open(&path)).py_err(py)?;
-    Ok(Table {
-        table,
-        rounding,
-        by_rule: Default::default(),
+    errors::guard(py, || {
+        let strategy: Strategy = strategy.parse().map_err(PyValueError::new_err)?;
+        let rounding: Rounding = rounding
+            .unwrap_or("exact")
+            .parse()
+            .map_err(PyValueError::new_err)?;
+        let opts = OpenOptions::new()
+            .tensor_opt(tensor.as_deref())
+            .layer_opt(layer)
+            .strategy(strategy)
+            .rounding(rounding);
+        let table = py.detach(|| opts.open(&path)).py_err(py)?;
+        Ok(Table {
+            table,
+            rounding,
+            by_rule: Default::default(),
+        })
     })
 }
 
@@ -164,55 +170,57 @@ impl Table {
         rounding: Option<&str>,
         torch_dtype: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let table = self.with_rule(py, rounding)?;
-        let (ids, mut shape) = Ints::extract_shaped(ids, "ids")?;
-        let ids = ids.slice();
-        let n = ids.len();
-        let elems = self.elems(dtype);
-        let need = n
-            .checked_mul(elems)
-            .ok_or_else(|| errors::output(py, format!("{n} rows do not fit in memory")))?;
-        let fresh;
-        let out = match (out, torch_dtype) {
-            (None, Some(tdt)) => {
-                shape.push(elems);
-                fresh = crate::dlpack::torch_empty(py, need, &shape, tdt)?;
-                Some(&fresh)
-            }
-            (o, _) => o,
-        };
-        let (mut np_buf, mut dl_buf);
-        let (result, target) = match out {
-            Some(o) if o.cast::<PyUntypedArray>().is_err() => match DlView::of_out(o)? {
-                Some(view) => {
-                    dl_buf = view;
-                    let bytes = dl_buf.out_bytes(py, dtype, need)?;
-                    (o.clone(), Target::of_bytes(dtype, bytes))
+        errors::guard(py, || {
+            let table = self.with_rule(py, rounding)?;
+            let (ids, mut shape) = Ints::extract_shaped(ids, "ids")?;
+            let ids = ids.slice();
+            let n = ids.len();
+            let elems = self.elems(dtype);
+            let need = n
+                .checked_mul(elems)
+                .ok_or_else(|| errors::output(py, format!("{n} rows do not fit in memory")))?;
+            let fresh;
+            let out = match (out, torch_dtype) {
+                (None, Some(tdt)) => {
+                    shape.push(elems);
+                    fresh = crate::dlpack::torch_empty(py, need, &shape, tdt)?;
+                    Some(&fresh)
                 }
-                None => {
+                (o, _) => o,
+            };
+            let (mut np_buf, mut dl_buf);
+            let (result, target) = match out {
+                Some(o) if o.cast::<PyUntypedArray>().is_err() => match DlView::of_out(o)? {
+                    Some(view) => {
+                        dl_buf = view;
+                        let bytes = dl_buf.out_bytes(py, dtype, need)?;
+                        (o.clone(), Target::of_bytes(dtype, bytes))
+                    }
+                    None => {
+                        np_buf = OutBuf::borrow(o, dtype, need)?;
+                        (o.clone(), np_buf.target()?)
+                    }
+                },
+                Some(o) => {
                     np_buf = OutBuf::borrow(o, dtype, need)?;
                     (o.clone(), np_buf.target()?)
                 }
-            },
-            Some(o) => {
-                np_buf = OutBuf::borrow(o, dtype, need)?;
-                (o.clone(), np_buf.target()?)
-            }
-            None => {
-                shape.push(elems);
-                let (r, b) = OutBuf::new(py, dtype, &shape)?;
-                np_buf = b;
-                (r, np_buf.target()?)
-            }
-        };
-        py.detach(|| {
-            with_rows(table, ids, |rows| match target {
-                Target::F32(o) => table.gather(rows, o),
-                Target::Bytes(o) => table.gather_as(dtype, rows, o),
+                None => {
+                    shape.push(elems);
+                    let (r, b) = OutBuf::new(py, dtype, &shape)?;
+                    np_buf = b;
+                    (r, np_buf.target()?)
+                }
+            };
+            py.detach(|| {
+                with_rows(table, ids, |rows| match target {
+                    Target::F32(o) => table.gather(rows, o),
+                    Target::Bytes(o) => table.gather_as(dtype, rows, o),
+                })
             })
+            .py_err(py)?;
+            Ok(result)
         })
-        .py_err(py)?;
-        Ok(result)
     }
 }
 
@@ -388,22 +396,24 @@ impl Table {
     /// the rows. The ids are checked now (a bad id raises here) and copied.
     /// Overlap the next batch's reads with this batch's compute.
     fn prefetch(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<Prefetch> {
-        let (ids, _) = Ints::extract_shaped(ids, "ids")?;
-        let ids = ids.slice();
-        let n = ids.len();
-        let pending = py
-            .detach(|| {
-                // Checked here (the engine checks them again: a bad id is
-                // an error now, not at the wait).
-                let mut rows = Vec::new();
-                ids.rows_into(&self.table, &mut rows)?;
-                self.table.prefetch(&rows, Dtype::F32)
+        errors::guard(py, || {
+            let (ids, _) = Ints::extract_shaped(ids, "ids")?;
+            let ids = ids.slice();
+            let n = ids.len();
+            let pending = py
+                .detach(|| {
+                    // Checked here (the engine checks them again: a bad id is
+                    // an error now, not at the wait).
+                    let mut rows = Vec::new();
+                    ids.rows_into(&self.table, &mut rows)?;
+                    self.table.prefetch(&rows, Dtype::F32)
+                })
+                .py_err(py)?;
+            Ok(Prefetch {
+                pending: Mutex::new(Some(pending)),
+                rows: n,
+                row_elems: self.table.row_elems(),
             })
-            .py_err(py)?;
-        Ok(Prefetch {
-            pending: Mutex::new(Some(pending)),
-            rows: n,
-            row_elems: self.table.row_elems(),
         })
     }
 
@@ -412,9 +422,11 @@ impl Table {
     /// calls, reset by EOS; gemma4: the token is the row). Raises
     /// :class:`pleio.InvalidFileError` when the file has none.
     fn sequence(&self, py: Python<'_>) -> PyResult<Sequence> {
-        let seq = self.table.sequence().py_err(py)?;
-        Ok(Sequence {
-            seq: Mutex::new(seq),
+        errors::guard(py, || {
+            let seq = self.table.sequence().py_err(py)?;
+            Ok(Sequence {
+                seq: Mutex::new(seq),
+            })
         })
     }
 
@@ -424,18 +436,23 @@ impl Table {
     /// ``runs_advised``, ``advice_syscalls``, ``advice_failures``,
     /// ``fallbacks``, ``rearms``.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.table.stats();
-        let d = PyDict::new(py);
-        for (k, v) in s.fields() {
-            d.set_item(k, v)?;
-        }
-        Ok(d)
+        errors::guard(py, || {
+            let s = self.table.stats();
+            let d = PyDict::new(py);
+            for (k, v) in s.fields() {
+                d.set_item(k, v)?;
+            }
+            Ok(d)
+        })
     }
 
     /// Forgets which pages the "auto" strategy believes are in the page
     /// cache (after evicting the file yourself, e.g. in a benchmark).
-    fn forget_residency(&self) {
-        self.table.forget_residency();
+    fn forget_residency(&self, py: Python<'_>) -> PyResult<()> {
+        errors::guard(py, || {
+            self.table.forget_residency();
+            Ok(())
+        })
     }
 }
 
@@ -461,38 +478,42 @@ impl Prefetch {
         py: Python<'py>,
         out: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        // `out` is checked before the batch is taken: a bad one leaves the
-        // prefetch waitable.
-        let need = self.rows.saturating_mul(self.row_elems);
-        let mut buf = out
-            .map(|o| OutBuf::borrow(o, Dtype::F32, need))
-            .transpose()?;
-        let pending = self
-            .pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .ok_or_else(|| PyValueError::new_err("this prefetch was already waited for"))?;
-        match (out, &mut buf) {
-            (Some(o), Some(buf)) => {
-                let Target::F32(dst) = buf.target()? else {
-                    unreachable!("a float32 out is borrowed as floats")
-                };
-                py.detach(|| pending.wait_into(dst)).py_err(py)?;
-                Ok(o.clone())
+        errors::guard(py, || {
+            // `out` is checked before the batch is taken: a bad one leaves the
+            // prefetch waitable.
+            let need = self.rows.saturating_mul(self.row_elems);
+            let mut buf = out
+                .map(|o| OutBuf::borrow(o, Dtype::F32, need))
+                .transpose()?;
+            let pending = self
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .ok_or_else(|| PyValueError::new_err("this prefetch was already waited for"))?;
+            match (out, &mut buf) {
+                (Some(o), Some(buf)) => {
+                    let Target::F32(dst) = buf.target()? else {
+                        unreachable!("a float32 out is borrowed as floats")
+                    };
+                    py.detach(|| pending.wait_into(dst)).py_err(py)?;
+                    Ok(o.clone())
+                }
+                _ => {
+                    let done = py.detach(|| pending.wait()).py_err(py)?;
+                    let arr = PyArray1::from_vec(py, done.data);
+                    Ok(arr.reshape([self.rows, self.row_elems])?.into_any())
+                }
             }
-            _ => {
-                let done = py.detach(|| pending.wait()).py_err(py)?;
-                let arr = PyArray1::from_vec(py, done.data);
-                Ok(arr.reshape([self.rows, self.row_elems])?.into_any())
-            }
-        }
+        })
     }
 
     /// True once the batch is fetched (never blocks).
-    fn ready(&self) -> bool {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        p.as_mut().is_some_and(|p| p.is_ready())
+    fn ready(&self, py: Python<'_>) -> PyResult<bool> {
+        errors::guard(py, || {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            Ok(p.as_mut().is_some_and(|p| p.is_ready()))
+        })
     }
 }
 
@@ -519,21 +540,26 @@ impl Sequence {
     /// ``.ravel()`` it for :meth:`Table.gather`. The stream advances only
     /// on success.
     fn map<'py>(&self, py: Python<'py>, tokens: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        let tokens = Ints::extract(tokens, "tokens")?.slice().tokens()?;
-        let mut seq = self.seq.lock().unwrap_or_else(|e| e.into_inner());
-        let per = seq.rows_per_token();
-        let mut rows = Vec::new();
-        seq.map_tokens(&tokens, &mut rows).py_err(py)?;
-        drop(seq);
-        let ids: Vec<i64> = rows.into_iter().map(|r| r as i64).collect();
-        Ok(PyArray1::from_vec(py, ids)
-            .reshape([tokens.len(), per])?
-            .into_any())
+        errors::guard(py, || {
+            let tokens = Ints::extract(tokens, "tokens")?.slice().tokens()?;
+            let mut seq = self.seq.lock().unwrap_or_else(|e| e.into_inner());
+            let per = seq.rows_per_token();
+            let mut rows = Vec::new();
+            seq.map_tokens(&tokens, &mut rows).py_err(py)?;
+            drop(seq);
+            let ids: Vec<i64> = rows.into_iter().map(|r| r as i64).collect();
+            Ok(PyArray1::from_vec(py, ids)
+                .reshape([tokens.len(), per])?
+                .into_any())
+        })
     }
 
     /// Forgets the history: the next token starts a new sequence.
-    fn reset(&self) {
-        self.seq.lock().unwrap_or_else(|e| e.into_inner()).reset();
+    fn reset(&self, py: Python<'_>) -> PyResult<()> {
+        errors::guard(py, || {
+            self.seq.lock().unwrap_or_else(|e| e.into_inner()).reset();
+            Ok(())
+        })
     }
 }
 
@@ -546,4 +572,13 @@ pub fn row_ids<'py>(
     tokens: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
     table.get().sequence(py)?.map(py, tokens)
+}
+
+/// Test hook: panics with ``message`` inside the boundary guard every entry
+/// point runs in, to check that a panic reaches Python as
+/// :class:`pleio.Error` (kind ``"internal"``), never as a
+/// ``BaseException``.
+#[pyfunction]
+pub fn _panic_for_test(py: Python<'_>, message: &str) -> PyResult<()> {
+    errors::guard(py, || panic!("{message}"))
 }

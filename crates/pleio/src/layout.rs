@@ -278,8 +278,16 @@ mod sealed {
 /// [`Table::rows_from`](crate::Table::rows_from); a negative id is out of
 /// range.
 pub trait RowId: Copy + sealed::Sealed {
+    /// True for the signed types: a widened id with its top bit set was
+    /// negative.
+    const SIGNED: bool = false;
+
     /// The id as a row number, or the negative value.
     fn to_row(self) -> Result<u64, i64>;
+
+    /// The id's bits widened to 64 (sign-extended for the signed types, so
+    /// a negative id has its top bit set and is never a valid row).
+    fn to_bits(self) -> u64;
 
     /// `ids` as row numbers without a copy, when they already are (`u64`).
     fn as_rows(ids: &[Self]) -> Option<&[u64]> {
@@ -294,6 +302,11 @@ impl RowId for u64 {
         Ok(self)
     }
 
+    #[inline]
+    fn to_bits(self) -> u64 {
+        self
+    }
+
     fn as_rows(ids: &[u64]) -> Option<&[u64]> {
         Some(ids)
     }
@@ -304,19 +317,38 @@ impl RowId for u32 {
     fn to_row(self) -> Result<u64, i64> {
         Ok(u64::from(self))
     }
+
+    #[inline]
+    fn to_bits(self) -> u64 {
+        u64::from(self)
+    }
 }
 
 impl RowId for i64 {
+    const SIGNED: bool = true;
+
     #[inline]
     fn to_row(self) -> Result<u64, i64> {
         u64::try_from(self).map_err(|_| self)
     }
+
+    #[inline]
+    fn to_bits(self) -> u64 {
+        self as u64
+    }
 }
 
 impl RowId for i32 {
+    const SIGNED: bool = true;
+
     #[inline]
     fn to_row(self) -> Result<u64, i64> {
         u64::try_from(self).map_err(|_| i64::from(self))
+    }
+
+    #[inline]
+    fn to_bits(self) -> u64 {
+        i64::from(self) as u64
     }
 }
 
@@ -526,24 +558,30 @@ impl Layout {
         self.extents(row).map(|e| e.as_slice()[0].offset)
     }
 
-    /// Checks `ids` and widens them to row numbers in `rows` (cleared
-    /// first): the first id that is negative or not below [`Layout::rows`]
-    /// is an error naming it and the row count.
+    /// Copies `ids` into `rows` (cleared first), widened to row numbers,
+    /// then checks the copy: the first id that is negative or not below
+    /// [`Layout::rows`] is an error naming it and the row count. Each id is
+    /// read exactly once, so ids that another thread changes meanwhile
+    /// cannot pass the check and then be read again as something else:
+    /// `rows` holds exactly what was checked.
     pub fn rows_from<I: RowId>(&self, ids: &[I], rows: &mut Vec<u64>) -> Result<(), TableError> {
         rows.clear();
+        // One copy (a plain widening loop, vectorized), then a check of the
+        // copy: never a check of `ids` followed by a second read of them.
+        rows.extend(ids.iter().map(|&id| id.to_bits()));
         let n = self.rows;
-        // Two tight passes (check, then widen) rather than one branchy one.
-        if let Some(&bad) = ids.iter().find(|id| !matches!(id.to_row(), Ok(r) if r < n)) {
-            return match bad.to_row() {
-                Ok(row) => self.row_offset(row).map(|_| ()),
-                Err(id) => Err(TableError::NegativeRow {
+        if let Some(&bad) = rows.iter().find(|&&r| r >= n) {
+            rows.clear();
+            let id = bad as i64;
+            if I::SIGNED && id < 0 {
+                return Err(TableError::NegativeRow {
                     name: self.name.clone(),
                     id,
                     n_rows: n,
-                }),
-            };
+                });
+            }
+            return self.row_offset(bad).map(|_| ());
         }
-        rows.extend(ids.iter().map(|id| id.to_row().unwrap_or(0)));
         Ok(())
     }
 

@@ -322,6 +322,17 @@ int main(int argc, char **argv) {
         CHECK(pleio_sequence_map(s, tokens, 2, got, 2 * info.rows_per_token - 1, NULL) == PLEIO_ERR_OUTPUT_SIZE,
               "short rows_cap");
         CHECK(pleio_sequence_map(s, NULL, 2, got, n_rows_expected, NULL) == PLEIO_ERR_ARGUMENT, "NULL tokens");
+        {
+            /* the count inside the ids it counts: refused, nothing written */
+            int64_t *mine = calloc(2 * info.rows_per_token, sizeof(int64_t));
+            CHECK(pleio_sequence_map(s, tokens, 2, mine, 2 * info.rows_per_token, (size_t *)(mine + 1)) ==
+                      PLEIO_ERR_ARGUMENT,
+                  "rows_written inside rows");
+            int untouched = 1;
+            for (uint64_t k = 0; k < 2 * info.rows_per_token; k++) untouched &= mine[k] == 0;
+            CHECK(untouched && mentions(pleio_last_error(), "rows_written"), "rows_written: nothing written");
+            free(mine);
+        }
         CHECK(pleio_sequence_new(t, NULL) == PLEIO_ERR_ARGUMENT, "NULL out");
         pleio_sequence_free(s);
         pleio_sequence_free(s);
@@ -495,7 +506,17 @@ int main(int argc, char **argv) {
     /* --- closing --- */
     pleio_sequence *orphan = NULL;
     CHECK(pleio_sequence_new(t, &orphan) == PLEIO_OK, "a sequence outliving its table");
-    pleio_close(t);
+    CHECK(pleio_close_timeout(t, 1000) == PLEIO_OK, "pleio_close_timeout of an idle handle");
+    CHECK(pleio_close_timeout(t, 0) == PLEIO_ERR_HANDLE, "pleio_close_timeout of a closed handle");
+    CHECK(pleio_close_timeout(NULL, 0) == PLEIO_ERR_HANDLE, "pleio_close_timeout of NULL");
+    {
+        /* its slot is reused by the next open; the stale handle stays dead */
+        pleio_table *again = NULL;
+        CHECK(pleio_open(at("q.gguf"), NULL, &again) == PLEIO_OK && again != t, "reopen: a new handle");
+        CHECK(pleio_table_info(t, &info) == PLEIO_ERR_HANDLE, "the stale handle is refused");
+        CHECK(pleio_table_info(again, &info) == PLEIO_OK, "the new one works");
+        pleio_close(again);
+    }
     CHECK(pleio_gather(t, ids, 1, PLEIO_DTYPE_F32, row, one, NULL) == PLEIO_ERR_HANDLE, "closed handle");
     CHECK(mentions(pleio_last_error(), "closed"), "message says closed");
     CHECK(pleio_table_info(t, &info) == PLEIO_ERR_HANDLE, "info of a closed handle");

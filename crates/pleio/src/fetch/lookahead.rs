@@ -22,6 +22,12 @@
 //! [`crate::Table::prefetch`] is the public entry: it starts one worker per
 //! table on first use and queues each batch with the handle it was
 //! prefetched on.
+//!
+//! After `fork()` the worker thread does not exist in the child: a child's
+//! first prefetch starts the child's own worker. A batch prefetched before
+//! the fork cannot be completed in the child (its worker is the parent's):
+//! waiting for it there fails with [`LookaheadError::Forked`] at once
+//! instead of blocking forever.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
@@ -31,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind};
 use crate::fetch::{GatherStats, Strategy, Table};
+use crate::io::process::PerProcess;
 use crate::output::Dtype;
 
 /// Finished buffers kept for reuse by [`Prefetch::wait_into`].
@@ -52,6 +59,18 @@ pub enum LookaheadError {
     /// fetched.
     #[error("the lookahead worker thread stopped before finishing the batch")]
     WorkerGone,
+    /// The batch was prefetched by another process (before a `fork()`):
+    /// its worker thread is that process's. Prefetch it again here.
+    #[error(
+        "this batch was prefetched in process {by} before a fork; this is process {now}: \
+         prefetch it again here"
+    )]
+    Forked {
+        /// The process that prefetched it.
+        by: u32,
+        /// The calling process.
+        now: u32,
+    },
     /// The caller's output does not hold the batch's floats (or bytes, for
     /// a batch of another dtype than f32).
     #[error("output holds {got} {unit} but the prefetched batch has {need}")]
@@ -107,16 +126,18 @@ struct Shared {
 }
 
 impl Shared {
+    // `try_lock`: reusing a buffer is optional, and a process forked while
+    // another thread held the lock must not wait for it forever.
     fn take_buffer(&self) -> Vec<f32> {
         self.pool
-            .lock()
+            .try_lock()
             .ok()
             .and_then(|mut p| p.pop())
             .unwrap_or_default()
     }
 
     fn recycle(&self, buf: Vec<f32>) {
-        if let Ok(mut p) = self.pool.lock() {
+        if let Ok(mut p) = self.pool.try_lock() {
             if p.len() < POOL_BUFFERS {
                 p.push(buf);
             }
@@ -148,8 +169,43 @@ pub struct Lookahead {
     reader: Table,
     strategy: Strategy,
     shared: Arc<Shared>,
+    /// The worker of each process using the lookahead (see the module
+    /// documentation on `fork()`).
+    worker: PerProcess<Worker>,
+}
+
+/// One process's worker thread and its queue.
+#[derive(Debug)]
+struct Worker {
     tx: Option<Sender<Job>>,
-    worker: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    fn start(shared: &Arc<Shared>) -> std::io::Result<Worker> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("pleio-lookahead".into())
+            .spawn(move || worker(&shared, &rx))?;
+        Ok(Worker {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Worker {
+    /// Lets the worker finish the batches whose handles are still alive,
+    /// then joins it.
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(w) = self.thread.take() {
+            // A panicked worker has already reported `WorkerGone` to its
+            // handles; nothing more to do here.
+            let _ = w.join();
+        }
+    }
 }
 
 impl Lookahead {
@@ -159,20 +215,12 @@ impl Lookahead {
         // worker that runs it.
         let reader = reader.detached().with_strategy(strategy);
         let shared = Arc::new(Shared::default());
-        let (tx, rx) = mpsc::channel::<Job>();
-        let worker = {
-            let shared = shared.clone();
-            std::thread::Builder::new()
-                .name("pleio-lookahead".into())
-                .spawn(move || worker(&shared, &rx))
-                .map_err(LookaheadError::Spawn)?
-        };
+        let worker = Worker::start(&shared).map_err(LookaheadError::Spawn)?;
         Ok(Lookahead {
             reader,
             strategy,
             shared,
-            tx: Some(tx),
-            worker: Some(worker),
+            worker: PerProcess::new(worker),
         })
     }
 
@@ -210,16 +258,24 @@ impl Lookahead {
             cancelled: cancelled.clone(),
             reply,
         };
-        // A send fails only if the worker died; the handle then reports
-        // `WorkerGone` at wait (its reply sender is dropped with the job).
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(job);
+        let mut ready = None;
+        // A process forked since `new` starts its own worker here.
+        match self.worker.get_or_try_init(|| Worker::start(&self.shared)) {
+            // A send fails only if the worker died; the handle then reports
+            // `WorkerGone` at wait (its reply sender is dropped with the job).
+            Ok(w) => {
+                if let Some(tx) = &w.tx {
+                    let _ = tx.send(job);
+                }
+            }
+            Err(e) => ready = Some(Err(LookaheadError::Spawn(e))),
         }
         Prefetch {
             rx,
             cancelled,
             shared: self.shared.clone(),
-            ready: None,
+            ready,
+            pid: std::process::id(),
         }
     }
 
@@ -247,17 +303,6 @@ impl Lookahead {
             worker_rows: c.worker_rows.load(Ordering::Relaxed),
             cancelled: c.cancelled.load(Ordering::Relaxed),
             direct_gathers: c.direct_gathers.load(Ordering::Relaxed),
-        }
-    }
-}
-
-impl Drop for Lookahead {
-    fn drop(&mut self) {
-        drop(self.tx.take());
-        if let Some(w) = self.worker.take() {
-            // A panicked worker has already reported `WorkerGone` to its
-            // handles; nothing more to do here.
-            let _ = w.join();
         }
     }
 }
@@ -370,12 +415,17 @@ pub struct Prefetch {
     cancelled: Arc<AtomicBool>,
     shared: Arc<Shared>,
     ready: Option<Result<Outcome, LookaheadError>>,
+    /// The process that prefetched the batch (its worker fetches it).
+    pid: u32,
 }
 
 impl Prefetch {
     /// True once the worker has finished (or given up on) the batch; never
     /// blocks.
     pub fn is_ready(&mut self) -> bool {
+        if self.ready.is_none() {
+            self.forked();
+        }
         if self.ready.is_none() {
             self.ready = match self.rx.try_recv() {
                 Ok(o) => Some(Ok(o)),
@@ -394,6 +444,7 @@ impl Prefetch {
     }
 
     fn take(mut self) -> Result<Prefetched, LookaheadError> {
+        self.forked();
         let t = Instant::now();
         let got = match self.ready.take() {
             Some(r) => r,
@@ -452,6 +503,18 @@ impl Prefetch {
             out.copy_from_slice(&p.bytes);
         }
         Ok(p)
+    }
+}
+
+impl Prefetch {
+    /// In a process forked since the prefetch, the outcome is
+    /// [`LookaheadError::Forked`]: the worker that would send it is the
+    /// parent's.
+    fn forked(&mut self) {
+        let now = std::process::id();
+        if self.ready.is_none() && now != self.pid {
+            self.ready = Some(Err(LookaheadError::Forked { by: self.pid, now }));
+        }
     }
 }
 

@@ -13,6 +13,10 @@
 //! - [`UringBackend`]: one persistent io_uring, all spans in flight at a
 //!   configurable queue depth, buffered or `O_DIRECT` (Linux only).
 //!
+//! The pool's threads and the ring belong to the process that made them: a
+//! process forked from it makes its own on first use ([`process`]), so a
+//! table opened before `fork()` works in the parent and in every child.
+//!
 //! A short read that reaches the end of the file is an error naming the
 //! offset ([`IoError::UnexpectedEof`]), never a hang or a signal: nothing here
 //! maps the file.
@@ -20,6 +24,7 @@
 
 mod pool;
 mod pread;
+pub(crate) mod process;
 mod spans;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)] // io_uring: buffers must outlive their reads

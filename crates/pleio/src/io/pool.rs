@@ -1,4 +1,7 @@
 //! Positioned reads spread over a persistent pool of reader threads.
+//!
+//! The threads belong to the process that started them: a process forked
+//! from it (where they do not exist) starts its own pool on first use.
 
 use std::fs::File;
 use std::io;
@@ -7,6 +10,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use super::process::PerProcess;
 use super::{check_staging, pieces, read_exact_at, IoError, ReadBackend, ReadPlan, ReadStats};
 
 /// Settings of a [`PoolBackend`].
@@ -48,7 +52,8 @@ impl Default for PoolConfig {
 /// the pool.
 pub struct PoolBackend {
     file: Arc<File>,
-    pool: rayon::ThreadPool,
+    /// The reader threads of each process using the backend.
+    pool: PerProcess<rayon::ThreadPool>,
     cfg: PoolConfig,
 }
 
@@ -63,15 +68,7 @@ impl std::fmt::Debug for PoolBackend {
 impl PoolBackend {
     /// Start `cfg.threads` reader threads (at least one) reading `file`.
     pub fn new(file: Arc<File>, cfg: PoolConfig) -> Result<PoolBackend, IoError> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(cfg.threads.max(1))
-            .thread_name(|i| format!("pleio-read-{i}"))
-            .stack_size(256 << 10)
-            .build()
-            .map_err(|e| IoError::Os {
-                what: "starting reader threads",
-                error: io::Error::other(e),
-            })?;
+        let pool = PerProcess::new(start(cfg)?);
         Ok(PoolBackend { file, pool, cfg })
     }
 
@@ -102,7 +99,9 @@ impl ReadBackend for PoolBackend {
             }
             return Ok(stats);
         }
-        self.pool.install(|| {
+        // A process forked since `new` starts its own threads here.
+        let pool = self.pool.get_or_try_init(|| start(self.cfg))?;
+        pool.install(|| {
             work.into_par_iter()
                 .with_max_len(1)
                 .map(|(offset, dst)| read_exact_at(file, dst, offset))
@@ -112,4 +111,17 @@ impl ReadBackend for PoolBackend {
                 })
         })
     }
+}
+
+/// Starts `cfg.threads` reader threads (at least one).
+fn start(cfg: PoolConfig) -> Result<rayon::ThreadPool, IoError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(cfg.threads.max(1))
+        .thread_name(|i| format!("pleio-read-{i}"))
+        .stack_size(256 << 10)
+        .build()
+        .map_err(|e| IoError::Os {
+            what: "starting reader threads",
+            error: io::Error::other(e),
+        })
 }

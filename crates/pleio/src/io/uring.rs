@@ -7,6 +7,13 @@
 //! only split the same device queue), and a mutex keeps kernel resources
 //! bounded (one ring, one scratch buffer) however many threads gather.
 //!
+//! The ring belongs to the process that set it up: its queues are memory
+//! the kernel shares with every process forked from it, so a child that
+//! submitted to it would corrupt the parent's queues and its own (both
+//! hang). A forked child sets up its own ring on first use
+//! ([`PerProcess`]) and never touches the parent's, nor the lock a parent
+//! thread may have held at the fork.
+//!
 //! All `unsafe` obligations of io_uring (the buffer of every submitted read
 //! stays valid and untouched until its completion) are discharged in one
 //! function, [`run_ops`]: it takes the destination buffers as exclusive
@@ -23,6 +30,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use io_uring::{opcode, types, IoUring};
 
+use super::process::PerProcess;
 use super::{check_staging, pieces, IoError, ReadBackend, ReadPlan, ReadStats};
 
 /// Settings of a [`UringBackend`].
@@ -62,7 +70,8 @@ pub struct UringBackend {
     cfg: UringConfig,
     /// `O_DIRECT` alignment (offset, length and memory), 1 when buffered.
     align: usize,
-    state: Mutex<State>,
+    /// The ring and scratch of each process using the backend.
+    state: PerProcess<Mutex<State>>,
 }
 
 struct State {
@@ -124,10 +133,10 @@ impl UringBackend {
             path: path.to_path_buf(),
             cfg,
             align,
-            state: Mutex::new(State {
+            state: PerProcess::new(Mutex::new(State {
                 ring,
                 scratch: AlignedBuf::default(),
-            }),
+            })),
         })
     }
 
@@ -230,7 +239,7 @@ impl UringBackend {
             .max()
             .unwrap_or(1)
             .max(self.align);
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         let State { ring, scratch } = &mut *state;
         let mut stats = ReadStats::default();
         let mut rest = &pieces[..];
@@ -326,7 +335,7 @@ impl UringBackend {
                 max,
             );
         }
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         self.run(&mut state.ring, &mut ops, a)
     }
 
@@ -357,10 +366,20 @@ impl UringBackend {
         self.cfg.queue_depth.clamp(1, MAX_QD) as usize
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    /// This process's ring and scratch, locked; a process forked since
+    /// the backend was opened sets up its own ring first.
+    fn lock(&self) -> Result<MutexGuard<'_, State>, IoError> {
+        let state = self.state.get_or_try_init(|| {
+            probe_ring(self.cfg.queue_depth).map(|ring| {
+                Mutex::new(State {
+                    ring,
+                    scratch: AlignedBuf::default(),
+                })
+            })
+        })?;
         // A panic cannot leave reads in flight (run_ops drains on unwind),
         // so a poisoned state is still consistent.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        Ok(state.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     fn read_buffered(&self, plan: &ReadPlan, staging: &mut [u8]) -> Result<ReadStats, IoError> {
@@ -374,7 +393,7 @@ impl UringBackend {
                 buf,
             })
             .collect();
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         self.run(&mut state.ring, &mut ops, 1)
     }
 
@@ -405,7 +424,7 @@ impl UringBackend {
                 }
             }
         }
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         let State { ring, scratch } = &mut *state;
         let buf = scratch.get(scratch_len, self.align.max(4096));
         let mut ops = Vec::with_capacity(ranges.len());
