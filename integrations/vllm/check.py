@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""The CPU proof of the pleio vLLM plugin: vLLM's own engine builds and loads
+tiny qwen4exp models (written by transformers' save_pretrained) on CPU, once
+stock and once with the plugin configured, and what its PLE module computes
+is compared bit for bit.
+
+    integrations/vllm/check.py [--work DIR] [--json OUT] [--rss]
+
+Each engine runs in its own process (``child``), which saves what the PLE
+module gives (``llm.apply_model``) and its peak RSS; the parent compares:
+- ``compute_ngram_ids`` of a batch of two requests (one with an EOS inside,
+  one continuing from an n-gram context);
+- the lookup output of ``Qwen4ExpPLEDeviceEmbedding`` (raw FP8 bytes or
+  bf16), and its dequantized rows (``ngram_embedding.dequantize``);
+- the output under tensor-parallel rank ranges other than the full one, set
+  on the module directly (stock: the table of that rank and the masked
+  path of ``VocabParallelEmbedding.forward``);
+- ``Qwen4ExpPLEPinnedHostEmbedding._lookup`` served by pleio on CPU, for
+  every range, against the stock masked lookup (the stock ``_lookup`` is a
+  Triton kernel over UVA and does not run on CPU);
+- the stock table is never allocated (the module's weight storage is one
+  row) and its shards are never read;
+- bad configuration fails at engine start with a clear error;
+- with --rss: peak RSS of the engine with the plugin against stock on a
+  model whose table is over 1 GiB.
+Models: BF16, FP8 with a bf16 scale, FP8 with an f32 scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS: list[tuple[str, bool, str]] = []
+RANGES = ((0, None), (0, "half"), ("half", None), ("third", "2third"))
+
+
+def record(name: str, ok: bool, detail: str = "") -> None:
+    RESULTS.append((name, ok, detail))
+    print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
+
+
+# ---------------------------------------------------------------- the child
+
+
+def _peak_rss_kib() -> dict:
+    st = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
+                st[k] = int(v.split()[0])
+    return st
+
+
+def _range(spec, rows: int) -> int:
+    return {None: rows, 0: 0, "half": rows // 2, "third": rows // 3, "2third": 2 * rows // 3}[spec]
+
+
+def probe(model):
+    """What the PLE modules of a loaded model compute (run inside vLLM)."""
+    import dataclasses
+
+    import torch
+    from vllm.models.qwen4_exp.common.ngram_embedding import Qwen4ExpPLEPinnedHostEmbedding
+    from vllm.models.qwen4_exp.nvidia.ngram_embedding import Qwen4ExpNGramEmbedding
+
+    out = {}
+    mods = [(n, m) for n, m in model.named_modules() if isinstance(m, Qwen4ExpNGramEmbedding)]
+    for name, mod in mods:
+        emb = mod.ngram_embedding
+        vocab, eos = int(mod.unigram_vocab_size), int(mod.eos_token_id)
+        g = torch.Generator().manual_seed(5)
+        toks = torch.randint(0, vocab, (40,), generator=g)
+        toks[7] = eos
+        qsl = torch.tensor([0, 25, 40], dtype=torch.int32)
+        ctx = torch.tensor([[eos, eos], [int(toks[3]), int(toks[9])]], dtype=torch.long)
+        ctx = ctx[:, : mod.ngram_size - 1]
+        res = {"storage_bytes": emb.weight.untyped_storage().nbytes(), "rows": int(emb.org_vocab_size)}
+        with torch.no_grad():
+            ids = mod.compute_ngram_ids(toks, qsl, ctx)
+            res["ids"] = ids.clone()
+            look = emb(ids)
+            res["lookup"] = look.clone()
+            res["dequant"] = emb.dequantize(look, torch.bfloat16).clone()
+            full = emb.weight
+            rows = int(emb.org_vocab_size)
+            served = getattr(emb, "_pleio", None) is not None
+            saved = (emb.shard_indices, emb.tp_size, emb.reduce_results, getattr(emb, "use_fused_embedding", False))
+            for lo_s, hi_s in RANGES:
+                lo, hi = _range(lo_s, rows), _range(hi_s, rows)
+                key = f"range {lo}-{hi}"
+                emb.shard_indices = dataclasses.replace(
+                    saved[0], org_vocab_start_index=lo, org_vocab_end_index=hi,
+                    added_vocab_start_index=hi, added_vocab_end_index=hi, num_org_vocab_padding=0,
+                )
+                emb.tp_size, emb.reduce_results, emb.use_fused_embedding = 2, False, False
+                if not served:
+                    # The stock table of this rank: rows [lo, hi) of the whole one.
+                    emb.weight.data = full.data[lo:hi]
+                try:
+                    res[key] = emb(ids).clone()
+                    if served:
+                        dst = torch.empty_like(res[key])
+                        Qwen4ExpPLEPinnedHostEmbedding._lookup(emb, ids, dst)
+                        res[f"pinned {key}"] = dst
+                finally:
+                    emb.weight.data = full.data
+                    emb.shard_indices, emb.tp_size, emb.reduce_results, emb.use_fused_embedding = saved
+        out[name] = res
+    return out
+
+
+def child(a) -> int:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+    import torch
+    from vllm import LLM
+
+    kw = dict(model=a.model, skip_tokenizer_init=True, dtype="bfloat16", enforce_eager=True,
+              engram_config={"cpu_offload": False}, max_model_len=256, max_num_batched_tokens=256, max_num_seqs=2)
+    if a.config is not None:
+        kw["additional_config"] = {"pleio": json.loads(a.config)}
+    t0 = time.time()
+    llm = LLM(**kw)
+    built = time.time() - t0
+    res = llm.apply_model(probe)[0]
+    res["_meta"] = {"rss": _peak_rss_kib(), "build_seconds": built}
+    torch.save(res, a.out)
+    return 0
+
+
+# --------------------------------------------------------------- the parent
+
+
+def tf_helpers():
+    """integrations/transformers/check.py: how the tiny models are written."""
+    spec = importlib.util.spec_from_file_location(
+        "tfcheck", os.path.join(HERE, "..", "transformers", "check.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def write_model(tf, path: str, seed: int, base: int = 4001, parts: int = 4) -> None:
+    # All linear attention: vLLM's indexed attention needs a GPU.
+    cfg = tf.tiny_config(ple_layer_ids=(1,), parts=parts, base=base, layers=3)
+    cfg.layer_types = ["linear_attention"] * cfg.num_hidden_layers
+    tf.write_model(path, cfg, seed=seed)
+
+
+def run_child(model: str, out: str, config: dict | None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, os.path.abspath(__file__), "child", "--model", model, "--out", out]
+    if config is not None:
+        cmd += ["--config", json.dumps(config)]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def bits(t):
+    import torch
+
+    if t.dtype in (torch.bfloat16, torch.float16):
+        return t.view(torch.int16)
+    if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return t.view(torch.uint8)
+    if t.dtype == torch.float32:
+        return t.view(torch.int32)
+    return t
+
+
+def same(a, b) -> bool:
+    import torch
+
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
+
+
+def compare(name: str, stock: dict, served: dict) -> None:
+    import torch
+
+    layers = [k for k in stock if not k.startswith("_")]
+    record(f"{name}: the same PLE modules", layers == [k for k in served if not k.startswith("_")] and len(layers) > 0,
+           ", ".join(layers))
+    for layer in layers:
+        s, p = stock[layer], served[layer]
+        record(f"{name}: compute_ngram_ids", same(s["ids"], p["ids"]), f"{tuple(s['ids'].shape)} int64 ids")
+        nonzero = bool(bits(s["lookup"]).ne(0).any())
+        record(f"{name}: lookup output ({s['lookup'].dtype})", same(s["lookup"], p["lookup"]) and nonzero,
+               f"{tuple(s['lookup'].shape)}")
+        record(f"{name}: dequantized rows", same(s["dequant"], p["dequant"]), f"{s['dequant'].dtype}")
+        for key in [k for k in s if k.startswith("range ")]:
+            zeros = int(bits(s[key]).reshape(-1, s[key].shape[-1]).eq(0).all(-1).sum())
+            record(f"{name}: {key} (Device forward)", same(s[key], p[key]), f"{zeros} zero rows")
+            record(f"{name}: {key} (PinnedHost _lookup)", same(s[key], p[f"pinned {key}"]))
+        table = s["rows"] * s["lookup"].shape[-1] * s["lookup"].element_size()
+        record(f"{name}: the stock table is never allocated",
+               s["storage_bytes"] >= table and p["storage_bytes"] <= s["lookup"].shape[-1] * 4,
+               f"weight storage stock {s['storage_bytes']} B, pleio {p['storage_bytes']} B")
+    del torch
+
+
+def expect_error(name: str, model: str, config: dict, want: str, work: str) -> None:
+    done = run_child(model, os.path.join(work, "err.pt"), config)
+    err = done.stderr.strip().splitlines()
+    line = next((l for l in reversed(err) if "pleio" in l and ("Error" in l or "error" in l)), err[-1] if err else "")
+    ok = done.returncode != 0 and want in done.stderr and not os.path.exists(os.path.join(work, "err.pt"))
+    record(f"bad configuration at engine start: {name}", ok, line.strip()[-300:])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd")
+    c = sub.add_parser("child")
+    c.add_argument("--model", required=True)
+    c.add_argument("--out", required=True)
+    c.add_argument("--config")
+    ap.add_argument("--work")
+    ap.add_argument("--json")
+    ap.add_argument("--rss", action="store_true")
+    a = ap.parse_args()
+    if a.cmd == "child":
+        return child(a)
+
+    import torch
+    import vllm
+
+    import pleio
+
+    print(f"vllm {vllm.__version__}, torch {torch.__version__}, pleio {pleio.__version__}", flush=True)
+    tmp = None
+    work = a.work
+    if work is None:
+        tmp = tempfile.TemporaryDirectory(prefix="pleio-vllm-")
+        work = tmp.name
+    os.makedirs(work, exist_ok=True)
+    t0 = time.time()
+    tf = tf_helpers()
+    report: dict = {"vllm": vllm.__version__, "torch": torch.__version__}
+
+    bf16 = os.path.join(work, "bf16")
+    write_model(tf, bf16, seed=1)
+    models = {"BF16": bf16}
+    for sdt, name in ((torch.bfloat16, "FP8, bf16 scale"), (torch.float32, "FP8, f32 scale")):
+        path = os.path.join(work, name.replace(", ", "-").replace(" ", "-"))
+        tf.to_fp8(bf16, path, sdt)
+        models[name] = path
+    for name, path in models.items():
+        outs = {}
+        for mode, cfg in (("stock", None), ("pleio", {"path": path, "strategy": "auto"})):
+            out = os.path.join(work, f"{mode}.pt")
+            done = run_child(path, out, cfg)
+            if done.returncode != 0:
+                record(f"{name}: vLLM engine, {mode}", False, done.stderr.strip()[-600:])
+                break
+            outs[mode] = torch.load(out, weights_only=False)
+            os.remove(out)
+        if len(outs) == 2:
+            compare(name, outs["stock"], outs["pleio"])
+            report[name] = {m: outs[m]["_meta"] for m in outs}
+
+    other = os.path.join(work, "other-geometry")
+    write_model(tf, other, seed=2, base=3001)
+    expect_error("a wrong path", bf16, {"path": os.path.join(work, "missing")}, "cannot open the PLE table", work)
+    expect_error("a table of another geometry", bf16, {"path": other}, "does not match the model", work)
+    expect_error("an FP8 table for a bf16 model", bf16, {"path": models["FP8, bf16 scale"]}, "unquantized", work)
+    expect_error("a bf16 table for an FP8 model", models["FP8, bf16 scale"], {"path": bf16}, "FP8", work)
+    expect_error("another FP8 scale", models["FP8, bf16 scale"], {"path": models["FP8, f32 scale"]}, "is not the scale",
+                 work)
+    expect_error("an unknown strategy", bf16, {"path": bf16, "strategy": "fastest"}, "unknown strategy", work)
+
+    if a.rss:
+        report["rss"] = peak_rss(tf, work)
+    report["seconds"] = round(time.time() - t0, 1)
+    passed = sum(ok for _, ok, _ in RESULTS)
+    failed = len(RESULTS) - passed
+    report["results"] = [{"check": n, "ok": ok, "detail": d} for n, ok, d in RESULTS]
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(report, f, indent=2)
+    print(f"vLLM check: {report['seconds']} s")
+    print(f"{passed} passed, {failed} failed")
+    if tmp is not None:
+        tmp.cleanup()
+    return 0 if failed == 0 and passed > 0 else 1
+
+
+def peak_rss(tf, work: str) -> dict:
+    """Peak RSS (VmHWM) of the engine, stock and with the plugin, on a model
+    whose bf16 table is over 1 GiB, the checkpoint evicted before each run."""
+    path = os.path.join(work, "rss-model")
+    write_model(tf, path, seed=3, base=220_000, parts=8)
+    import pleio
+
+    t = pleio.open(path)
+    table = t.rows * t.row_bytes
+    out = {"table_bytes": table}
+    for mode, cfg in (("stock", None), ("pleio", {"path": path})):
+        for f in os.listdir(path):
+            if f.endswith(".safetensors"):
+                fd = os.open(os.path.join(path, f), os.O_RDONLY)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.close(fd)
+        res = os.path.join(work, f"rss-{mode}.pt")
+        done = run_child(path, res, cfg)
+        if done.returncode != 0:
+            record(f"peak RSS, {mode}", False, done.stderr.strip()[-600:])
+            return out
+        import torch
+
+        out[mode] = torch.load(res, weights_only=False)["_meta"]
+    saved = (out["stock"]["rss"]["VmHWM"] - out["pleio"]["rss"]["VmHWM"]) * 1024
+    out["saved_bytes"] = saved
+    record(
+        "peak RSS of the vLLM engine on CPU: pleio against stock",
+        table >= 2**30 and saved >= 0.8 * table,
+        f"stock {out['stock']['rss']['VmHWM'] / 1024:.0f} MiB, pleio {out['pleio']['rss']['VmHWM'] / 1024:.0f} MiB: "
+        f"{saved / 2**20:.0f} MiB less, {saved / table:.2f}x the table's {table / 2**20:.0f} MiB",
+    )
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
