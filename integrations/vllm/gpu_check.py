@@ -34,8 +34,6 @@ import check as cpu  # noqa: E402
 
 
 def gpu_probe(model):
-    import dataclasses
-
     import torch
     from vllm.models.qwen4_exp.nvidia.ngram_embedding import Qwen4ExpNGramEmbedding
 
@@ -56,12 +54,12 @@ def gpu_probe(model):
             side = torch.cuda.Stream()
             rows = int(emb.org_vocab_size)
             saved = emb.shard_indices
-            full = emb.weight
+            full = emb.weight.data
             for lo_s, hi_s in cpu.RANGES:
                 lo, hi = cpu._range(lo_s, rows), cpu._range(hi_s, rows)
-                emb.shard_indices = dataclasses.replace(saved, org_vocab_start_index=lo, org_vocab_end_index=hi)
+                emb.shard_indices = cpu.rank_range(saved, lo, hi)
                 if not res["served"]:
-                    emb.weight.data = full.data[lo:hi]
+                    emb.weight.data = full[lo:hi]
                     emb._uva_weight = _uva(emb.weight)
                 try:
                     side.wait_stream(torch.cuda.current_stream())
@@ -70,7 +68,7 @@ def gpu_probe(model):
                     torch.cuda.current_stream().wait_stream(side)
                     res[f"range {lo}-{hi}"] = o.cpu()
                 finally:
-                    emb.weight.data = full.data
+                    emb.weight.data = full
                     emb._uva_weight = _uva(emb.weight) if not res["served"] else emb._uva_weight
                     emb.shard_indices = saved
             # CUDA graph capture, then replay with other ids.
