@@ -168,6 +168,8 @@ def build(model: str, pleio_cfg: dict | None):
 
 
 def child(a) -> int:
+    if a.errors:
+        return child_errors(a)
     for k, v in (("VLLM_TARGET_DEVICE", "cpu"), ("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),
                  ("VLLM_CPU_KVCACHE_SPACE", "1"), ("VLLM_HOST_IP", "127.0.0.1")):
         os.environ.setdefault(k, v)
@@ -177,8 +179,27 @@ def child(a) -> int:
     model = build(a.model, json.loads(a.config) if a.config is not None else None)
     built = time.time() - t0
     res = probe(model)
-    res["_meta"] = {"rss": _peak_rss_kib(), "build_seconds": built}
+    from pleio_vllm.plugin import skipped_shards
+
+    res["_meta"] = {"rss": _peak_rss_kib(), "build_seconds": built, "skipped_shards": skipped_shards()}
     torch.save(res, a.out)
+    return 0
+
+
+def child_errors(a) -> int:
+    """Builds ``a.model`` with each configuration of the JSON list
+    ``a.errors`` in turn; writes the error each raised (or None)."""
+    for k, v in (("VLLM_TARGET_DEVICE", "cpu"), ("VLLM_HOST_IP", "127.0.0.1")):
+        os.environ.setdefault(k, v)
+    got = []
+    for cfg in json.loads(a.errors):
+        try:
+            build(a.model, cfg)
+            got.append(None)
+        except Exception as e:  # noqa: BLE001 - what is raised is the result
+            got.append(f"{type(e).__name__}: {e}")
+    with open(a.out, "w") as f:
+        json.dump(got, f)
     return 0
 
 
@@ -248,15 +269,27 @@ def compare(name: str, stock: dict, served: dict) -> None:
         record(f"{name}: the stock table is never allocated",
                s["storage_bytes"] >= table and p["storage_bytes"] <= s["lookup"].shape[-1] * 4,
                f"weight storage stock {s['storage_bytes']} B, pleio {p['storage_bytes']} B")
+    skipped = served["_meta"]["skipped_shards"]
+    record(f"{name}: its shards are skipped unread by the loader", skipped > 0 and stock["_meta"]["skipped_shards"] == 0,
+           f"{skipped} shard tensors")
     del torch
 
 
-def expect_error(name: str, model: str, config: dict, want: str, work: str) -> None:
-    done = run_child(model, os.path.join(work, "err.pt"), config)
-    err = done.stderr.strip().splitlines()
-    line = next((l for l in reversed(err) if "pleio" in l and ("Error" in l or "error" in l)), err[-1] if err else "")
-    ok = done.returncode != 0 and want in done.stderr and not os.path.exists(os.path.join(work, "err.pt"))
-    record(f"bad configuration at engine start: {name}", ok, line.strip()[-300:])
+def expect_errors(model: str, cases: list[tuple[str, dict, str]], work: str) -> None:
+    """Each configuration must fail at engine start (the model's build) with
+    an error that says what is wrong."""
+    out = os.path.join(work, "errors.json")
+    cmd = [sys.executable, os.path.abspath(__file__), "child", "--model", model, "--out", out,
+           "--errors", json.dumps([c for _, c, _ in cases])]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        record(f"bad configuration at engine start ({os.path.basename(model)})", False, done.stderr.strip()[-600:])
+        return
+    with open(out) as f:
+        got = json.load(f)
+    for (name, _, want), err in zip(cases, got):
+        ok = err is not None and want in err and "pleio" in err
+        record(f"bad configuration at engine start: {name}", ok, (err or "no error")[-300:])
 
 
 def main() -> int:
@@ -266,6 +299,7 @@ def main() -> int:
     c.add_argument("--model", required=True)
     c.add_argument("--out", required=True)
     c.add_argument("--config")
+    c.add_argument("--errors", help="a JSON list of configurations that must fail")
     ap.add_argument("--work")
     ap.add_argument("--json")
     ap.add_argument("--rss", action="store_true")
@@ -312,13 +346,18 @@ def main() -> int:
 
     other = os.path.join(work, "other-geometry")
     write_model(tf, other, seed=2, base=3001)
-    expect_error("a wrong path", bf16, {"path": os.path.join(work, "missing")}, "cannot open the PLE table", work)
-    expect_error("a table of another geometry", bf16, {"path": other}, "does not match the model", work)
-    expect_error("an FP8 table for a bf16 model", bf16, {"path": models["FP8, bf16 scale"]}, "unquantized", work)
-    expect_error("a bf16 table for an FP8 model", models["FP8, bf16 scale"], {"path": bf16}, "FP8", work)
-    expect_error("another FP8 scale", models["FP8, bf16 scale"], {"path": models["FP8, f32 scale"]}, "is not the scale",
-                 work)
-    expect_error("an unknown strategy", bf16, {"path": bf16, "strategy": "fastest"}, "unknown strategy", work)
+    expect_errors(bf16, [
+        ("a wrong path", {"path": os.path.join(work, "missing")}, "cannot open the PLE table"),
+        ("a table of another geometry", {"path": other}, "does not match the model"),
+        ("an FP8 table for a bf16 model", {"path": models["FP8, bf16 scale"]}, "unquantized"),
+        ("an unknown strategy", {"path": bf16, "strategy": "fastest"}, "unknown strategy"),
+        ("an unknown key", {"path": bf16, "stratgey": "pread"}, "unknown key"),
+        ("a bad budget", {"path": bf16, "budget": "lots"}, "budget"),
+    ], work)
+    expect_errors(models["FP8, bf16 scale"], [
+        ("a bf16 table for an FP8 model", {"path": bf16}, "FP8"),
+        ("an FP8 table with another scale", {"path": models["FP8, f32 scale"]}, "is not the scale"),
+    ], work)
 
     if a.rss:
         report["rss"] = peak_rss(tf, work)

@@ -43,8 +43,9 @@ _STRATEGIES = ("auto", "fault", "advise", "pread", "uring", "uring-direct", "poo
 _SHARD = re.compile(r"(^|\.)ngram_embedding\.shard_\d+\.(weight|weight_scale)$")
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _PATCHED = False
+TESTED = "0.33."
 _BUILDING = threading.local()
-_SERVING = {"active": False}
+_SERVING = {"active": False, "skipped": 0}
 
 
 class ConfigError(ValueError):
@@ -291,7 +292,15 @@ def patch() -> None:
     try:
         common, nvidia, weight_utils = _vllm()
     except ImportError:
-        return
+        return  # a vLLM without qwen4exp (before 0.31): nothing to serve
+    import vllm
+    from vllm.logger import init_logger
+
+    if not str(getattr(vllm, "__version__", "")).startswith(TESTED):
+        init_logger(__name__).warning(
+            "pleio-vllm: hooks written for vLLM %s, this is %s; a table is checked at engine start",
+            TESTED, getattr(vllm, "__version__", "?"),
+        )
     ngram = nvidia.Qwen4ExpNGramEmbedding
     device_cls = common.Qwen4ExpPLEDeviceEmbedding
     pinned_cls = common.Qwen4ExpPLEPinnedHostEmbedding
@@ -347,6 +356,7 @@ def patch() -> None:
 
     def should_skip_weight(name, *args, **kwargs):
         if _SERVING["active"] and _SHARD.search(name) and ".ple_embedding." in f".{name}":
+            _SERVING["skipped"] += 1
             return True
         return orig_skip(name, *args, **kwargs)
 
@@ -385,6 +395,11 @@ def patch() -> None:
     fp8.process_weights_after_loading = process_weights_after_loading
     weight_utils.should_skip_weight = should_skip_weight
     _PATCHED = True
+
+
+def skipped_shards() -> int:
+    """How many PLE shard tensors the safetensors loader skipped unread."""
+    return _SERVING["skipped"]
 
 
 def pinned_lookup(module, input_ids: torch.Tensor, output: torch.Tensor | None = None) -> torch.Tensor:

@@ -44,7 +44,7 @@ _SHARD = re.compile(r"(^|\.)ngram_embedding\.shard_\d+\.(weight|weight_scale)$")
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _PATCHED = False
 _BUILDING = threading.local()
-_SERVING = {"active": False}
+_SERVING = {"active": False, "skipped": 0}
 
 
 class ConfigError(ValueError):
@@ -347,6 +347,7 @@ def patch() -> None:
 
     def should_skip_weight(name, *args, **kwargs):
         if _SERVING["active"] and _SHARD.search(name) and ".ple_embedding." in f".{name}":
+            _SERVING["skipped"] += 1
             return True
         return orig_skip(name, *args, **kwargs)
 
@@ -385,6 +386,11 @@ def patch() -> None:
     fp8.process_weights_after_loading = process_weights_after_loading
     weight_utils.should_skip_weight = should_skip_weight
     _PATCHED = True
+
+
+def skipped_shards() -> int:
+    """How many PLE shard tensors the safetensors loader skipped unread."""
+    return _SERVING["skipped"]
 
 
 def pinned_lookup(module, input_ids: torch.Tensor, output: torch.Tensor | None = None) -> torch.Tensor:
