@@ -292,6 +292,30 @@ def expect_errors(model: str, cases: list[tuple[str, dict, str]], work: str) -> 
         record(f"bad configuration at engine start: {name}", ok, (err or "no error")[-300:])
 
 
+def config_checks() -> None:
+    """How the configuration is read: inert without one, additional_config
+    before the environment, sizes, refusals."""
+    from pleio_vllm.plugin import ConfigError, Settings, settings_from
+
+    env = {"PLEIO_VLLM_PATH": "/env", "PLEIO_VLLM_STRATEGY": "pread", "PLEIO_VLLM_BUDGET": "64M"}
+    cases = [
+        ("inert without configuration", settings_from({}, {}) is None and settings_from(None, {}) is None),
+        ("the environment", settings_from(None, env) == Settings("/env", "pread", 64 << 20)),
+        ("additional_config before the environment",
+         settings_from({"pleio": {"path": "/cfg", "budget": 4096}}, env) == Settings("/cfg", "auto", 4096)),
+        ("a path alone", settings_from({"pleio": "/p"}, {}) == Settings("/p")),
+    ]
+    for name, ok in cases:
+        record(f"configuration: {name}", ok)
+    for name, extra in (("no path", {"pleio": {"strategy": "auto"}}), ("budget 0", {"pleio": {"path": "/p", "budget": 0}}),
+                        ("budget 12Q", {"pleio": {"path": "/p", "budget": "12Q"}}), ("a list", {"pleio": [1]})):
+        try:
+            settings_from(extra, {})
+            record(f"configuration refused: {name}", False, "accepted")
+        except ConfigError as e:
+            record(f"configuration refused: {name}", str(e).startswith("pleio:"), str(e))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd")
@@ -320,6 +344,7 @@ def main() -> int:
         work = tmp.name
     os.makedirs(work, exist_ok=True)
     t0 = time.time()
+    config_checks()
     tf = tf_helpers()
     report: dict = {"vllm": vllm.__version__, "torch": torch.__version__}
 

@@ -271,16 +271,16 @@ def device_lookup(module, ids: torch.Tensor) -> torch.Tensor:
     range, then summed over ranks."""
     srv = module._pleio
     out = torch.empty((*ids.shape, module.embedding_dim), dtype=srv.out_dtype, device=ids.device)
-    flat = ids.reshape(-1).long()
+    flat = ids.reshape(-1).long().cpu()
     if flat.numel():
+        host = out if out.device.type == "cpu" else torch.empty(out.shape, dtype=out.dtype)
         if module.tp_size == 1:
-            srv.fill(flat.cpu(), out if out.device.type == "cpu" else out.cpu())
+            srv.fill(flat, host)
         else:
             si = module.shard_indices
-            host = out if out.device.type == "cpu" else torch.empty_like(out, device="cpu")
-            srv.fill(flat.cpu(), host, si.org_vocab_start_index, si.org_vocab_end_index)
-            if host is not out:
-                out.copy_(host)
+            srv.fill(flat, host, si.org_vocab_start_index, si.org_vocab_end_index)
+        if host is not out:
+            out.copy_(host)
     return _reduce(module, out)
 
 

@@ -43,6 +43,7 @@ _STRATEGIES = ("auto", "fault", "advise", "pread", "uring", "uring-direct", "poo
 _SHARD = re.compile(r"(^|\.)ngram_embedding\.shard_\d+\.(weight|weight_scale)$")
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _PATCHED = False
+TESTED = "0.33."
 _BUILDING = threading.local()
 _SERVING = {"active": False, "skipped": 0}
 
@@ -270,16 +271,16 @@ def device_lookup(module, ids: torch.Tensor) -> torch.Tensor:
     range, then summed over ranks."""
     srv = module._pleio
     out = torch.empty((*ids.shape, module.embedding_dim), dtype=srv.out_dtype, device=ids.device)
-    flat = ids.reshape(-1).long()
+    flat = ids.reshape(-1).long().cpu()
     if flat.numel():
+        host = out if out.device.type == "cpu" else torch.empty(out.shape, dtype=out.dtype)
         if module.tp_size == 1:
-            srv.fill(flat.cpu(), out if out.device.type == "cpu" else out.cpu())
+            srv.fill(flat, host)
         else:
             si = module.shard_indices
-            host = out if out.device.type == "cpu" else torch.empty_like(out, device="cpu")
-            srv.fill(flat.cpu(), host, si.org_vocab_start_index, si.org_vocab_end_index)
-            if host is not out:
-                out.copy_(host)
+            srv.fill(flat, host, si.org_vocab_start_index, si.org_vocab_end_index)
+        if host is not out:
+            out.copy_(host)
     return _reduce(module, out)
 
 
@@ -291,7 +292,15 @@ def patch() -> None:
     try:
         common, nvidia, weight_utils = _vllm()
     except ImportError:
-        return
+        return  # a vLLM without qwen4exp (before 0.31): nothing to serve
+    import vllm
+    from vllm.logger import init_logger
+
+    if not str(getattr(vllm, "__version__", "")).startswith(TESTED):
+        init_logger(__name__).warning(
+            "pleio-vllm: hooks written for vLLM %s, this is %s; a table is checked at engine start",
+            TESTED, getattr(vllm, "__version__", "?"),
+        )
     ngram = nvidia.Qwen4ExpNGramEmbedding
     device_cls = common.Qwen4ExpPLEDeviceEmbedding
     pinned_cls = common.Qwen4ExpPLEPinnedHostEmbedding
