@@ -215,9 +215,9 @@ def tf_helpers():
     return mod
 
 
-def write_model(tf, path: str, seed: int, base: int = 4001, parts: int = 4) -> None:
+def write_model(tf, path: str, seed: int, base: int = 4001, parts: int = 4, **extra) -> None:
     # All linear attention: vLLM's indexed attention needs a GPU.
-    cfg = tf.tiny_config(ple_layer_ids=(1,), parts=parts, base=base, layers=3)
+    cfg = tf.tiny_config(ple_layer_ids=(1,), parts=parts, base=base, layers=3, **extra)
     cfg.layer_types = ["linear_attention"] * cfg.num_hidden_layers
     cfg.output_gate_type = "silu"  # vLLM reads it; transformers' default (None) means hidden_act, silu
     tf.write_model(path, cfg, seed=seed)
@@ -371,9 +371,12 @@ def main() -> int:
 
     other = os.path.join(work, "other-geometry")
     write_model(tf, other, seed=2, base=3001)
+    reseeded = os.path.join(work, "other-hash-seed")
+    write_model(tf, reseeded, seed=1, **{"seed": 99})
     expect_errors(bf16, [
         ("a wrong path", {"path": os.path.join(work, "missing")}, "cannot open the PLE table"),
         ("a table of another geometry", {"path": other}, "does not match the model"),
+        ("a table of another hash seed (same geometry)", {"path": reseeded}, "row ids differ"),
         ("an FP8 table for a bf16 model", {"path": models["FP8, bf16 scale"]}, "unquantized"),
         ("an unknown strategy", {"path": bf16, "strategy": "fastest"}, "unknown strategy"),
         ("an unknown key", {"path": bf16, "stratgey": "pread"}, "unknown key"),
