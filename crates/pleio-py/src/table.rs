@@ -118,8 +118,8 @@ impl Table {
 ///
 /// ``strategy`` picks how rows are read: "auto" (default), "fault",
 /// "advise", "pread", "uring", "uring-direct", "pool" or "cached" (a row
-/// cache of the library's default budget, 256 MiB); every strategy gives
-/// the same bytes. ``layer`` opens the PLE table of decoder layer ``layer``
+/// cache of ``budget`` bytes, default the library's 256 MiB); every strategy
+/// gives the same bytes. ``layer`` opens the PLE table of decoder layer ``layer``
 /// (0-based, ``model.model.layers[layer]``; default: the first PLE layer).
 /// ``rounding`` is the rule of 16-bit outputs: "exact" (default), "vllm"
 /// (also "sglang": an FP8 scale rounded to the output type first) or
@@ -128,7 +128,7 @@ impl Table {
 /// file and :class:`pleio.InvalidFileError` (a ``ValueError``) for a file,
 /// tensor, layer or rule pleio cannot use.
 #[pyfunction]
-#[pyo3(signature = (path, tensor=None, strategy="auto", layer=None, rounding=None))]
+#[pyo3(signature = (path, tensor=None, strategy="auto", layer=None, rounding=None, budget=None))]
 pub fn open(
     py: Python<'_>,
     path: PathBuf,
@@ -136,6 +136,7 @@ pub fn open(
     strategy: &str,
     layer: Option<u64>,
     rounding: Option<&str>,
+    budget: Option<u64>,
 ) -> PyResult<Table> {
     errors::guard(py, || {
         let strategy: Strategy = strategy.parse().map_err(PyValueError::new_err)?;
@@ -143,11 +144,14 @@ pub fn open(
             .unwrap_or("exact")
             .parse()
             .map_err(PyValueError::new_err)?;
-        let opts = OpenOptions::new()
+        let mut opts = OpenOptions::new()
             .tensor_opt(tensor.as_deref())
             .layer_opt(layer)
             .strategy(strategy)
             .rounding(rounding);
+        if let Some(bytes) = budget {
+            opts = opts.cache_budget(bytes);
+        }
         let table = py.detach(|| opts.open(&path)).py_err(py)?;
         Ok(Table {
             table,

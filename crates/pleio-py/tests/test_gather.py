@@ -104,6 +104,17 @@ def test_every_strategy_equal(q, ids):
         assert np.array_equal(t.gather(ids).view(np.uint32), ref.view(np.uint32)), s
 
 
+def test_cached_budget(q, ids):
+    ref = pleio.open(q.path).gather(ids)
+    t = pleio.open(q.path, strategy="cached", budget=1 << 20)
+    assert np.array_equal(t.gather(ids).view(np.uint32), ref.view(np.uint32))
+    assert np.array_equal(t.gather(ids).view(np.uint32), ref.view(np.uint32))
+    st = t.stats()  # the second gather is served from the budgeted cache
+    assert st["rows"] == 2 * len(ids) and st["cold_rows"] <= len(ids)
+    with pytest.raises(pleio.SetupError, match="budget|smallest"):
+        pleio.open(q.path, strategy="cached", budget=1)
+
+
 def test_ids_in_every_form(q, ids):
     t = pleio.open(q.path)
     ref = t.gather(ids)

@@ -54,11 +54,13 @@ def open(
     strategy: Strategy = "auto",
     layer: Optional[int] = None,
     rounding: Optional[Rounding] = None,
+    budget: Optional[int] = None,
 ) -> Table:
     """Opens the per-layer-embedding table of a GGUF file or safetensors
     checkpoint (decoder layer `layer`'s, 0-based; default the first PLE
     layer), or the 2-D tensor `tensor` of a GGUF file; `rounding` is the
-    rule of 16-bit outputs."""
+    rule of 16-bit outputs; `budget` the bytes of the "cached" strategy's
+    row cache (default 256 MiB)."""
 
 def row_ids(table: Table, tokens: IntsLike) -> npt.NDArray[np.int64]:
     """Row ids of `tokens` as one fresh sequence: shape (len(tokens), rows_per_token)."""

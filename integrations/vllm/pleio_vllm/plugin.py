@@ -1,0 +1,442 @@
+"""The hooks of pleio-vllm into vLLM's qwen4exp PLE table (vLLM 0.33).
+
+What is patched (each only acts on a table pleio serves; with no
+configuration every hook calls the stock code unchanged):
+
+- ``Qwen4ExpNGramEmbedding.__init__`` (``vllm/models/qwen4_exp/nvidia/
+  ngram_embedding.py``): builds the module with a placeholder table (one
+  zero row expanded to the table's shape, no memory), then opens the pleio
+  table of that PLE layer and checks it against the module (rows, width,
+  encoding, the row ids of a probe sequence). A bad path, strategy, budget
+  or a table that does not fit raises here, at engine start.
+- ``Qwen4ExpNGramEmbedding.load_weights`` drops the table's
+  ``ngram_embedding.shard_{i}`` tensors, and the safetensors iterator's
+  ``should_skip_weight`` skips them before they are read from disk.
+- ``Qwen4ExpPLEDeviceEmbedding.forward`` (the class of
+  ``engram_config={"cpu_offload": False}``, a CPU tensor on CPU machines):
+  rows from pleio in the table's storage dtype (raw FP8 bytes, or bf16),
+  zeros outside this rank's ``[org_vocab_start_index,
+  org_vocab_end_index)`` when tensor-parallel, then the stock all-reduce.
+- ``Qwen4ExpPLEPinnedHostEmbedding._lookup(input_ids, output)`` (the
+  default class on GPU machines): fills ``output`` the way the stock UVA
+  kernel does; on CUDA through pinned staging and a host node
+  (:mod:`pleio_vllm.cuda`).
+- ``Qwen4ExpPLEFp8EmbeddingMethod.process_weights_after_loading``: the
+  checkpoint's FP8 scale, which vLLM still loads, must be the table's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass
+
+import torch
+
+import pleio
+import pleio.torch as pt
+
+_ENV = ("PLEIO_VLLM_PATH", "PLEIO_VLLM_STRATEGY", "PLEIO_VLLM_BUDGET")
+_KEYS = {"path", "strategy", "budget"}
+_STRATEGIES = ("auto", "fault", "advise", "pread", "uring", "uring-direct", "pool", "cached")
+_SHARD = re.compile(r"(^|\.)ngram_embedding\.shard_\d+\.(weight|weight_scale)$")
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_PATCHED = False
+TESTED = "0.33."
+_BUILDING = threading.local()
+_SERVING = {"active": False, "skipped": 0}
+
+
+class ConfigError(ValueError):
+    """A pleio configuration vLLM cannot start with (raised at engine start)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where and how the PLE tables are read."""
+
+    path: str
+    strategy: str = "auto"
+    budget: int | None = None
+
+
+def parse_budget(value) -> int | None:
+    """Bytes of a budget given as an int or a string like ``"256M"``."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ConfigError(f"pleio: budget must be a size like 256M or a number of bytes, not {value!r}")
+    if isinstance(value, int):
+        n = value
+    else:
+        m = re.fullmatch(r"\s*(\d+)\s*([kKmMgGtT]?)(i?[bB])?\s*", str(value))
+        if not m:
+            raise ConfigError(f"pleio: budget must be a size like 256M or a number of bytes, not {value!r}")
+        n = int(m.group(1)) << (10 * " KMGT".index(m.group(2).upper() or " "))
+    if n <= 0:
+        raise ConfigError(f"pleio: budget must be positive, not {value!r}")
+    return n
+
+
+def settings_from(extra, env=os.environ) -> Settings | None:
+    """The configuration: ``additional_config["pleio"]`` first, else the
+    ``PLEIO_VLLM_*`` environment variables; None when neither is set."""
+    cfg = None
+    if isinstance(extra, dict) and extra.get("pleio") is not None:
+        cfg = extra["pleio"]
+        if isinstance(cfg, str):
+            cfg = {"path": cfg}
+        if not isinstance(cfg, dict):
+            raise ConfigError(f"pleio: additional_config['pleio'] must be an object, not {type(cfg).__name__}")
+        unknown = sorted(set(cfg) - _KEYS)
+        if unknown:
+            raise ConfigError(f"pleio: unknown key(s) {unknown} in additional_config['pleio'] (known: {sorted(_KEYS)})")
+    elif env.get("PLEIO_VLLM_PATH"):
+        cfg = {"path": env["PLEIO_VLLM_PATH"]}
+        if env.get("PLEIO_VLLM_STRATEGY"):
+            cfg["strategy"] = env["PLEIO_VLLM_STRATEGY"]
+        if env.get("PLEIO_VLLM_BUDGET"):
+            cfg["budget"] = env["PLEIO_VLLM_BUDGET"]
+    if cfg is None:
+        return None
+    path = cfg.get("path")
+    if not isinstance(path, str) or not path:
+        raise ConfigError("pleio: 'path' (the checkpoint or GGUF file holding the PLE table) is required")
+    strategy = cfg.get("strategy") or "auto"
+    if strategy not in _STRATEGIES:
+        raise ConfigError(f"pleio: unknown strategy {strategy!r} (one of {', '.join(_STRATEGIES)})")
+    return Settings(path=path, strategy=strategy, budget=parse_budget(cfg.get("budget")))
+
+
+def current_settings() -> Settings | None:
+    """The configuration of the vLLM engine being built (None: inert)."""
+    from vllm.config import get_current_vllm_config
+
+    try:
+        extra = get_current_vllm_config().additional_config
+    except Exception:  # noqa: BLE001 - no config being built: fall back to the environment
+        extra = None
+    return settings_from(extra)
+
+
+def _open(s: Settings, layer: int | None):
+    kwargs = {"strategy": s.strategy, "layer": layer}
+    if s.budget is not None:
+        kwargs["budget"] = s.budget
+    try:
+        return pleio.open(s.path, **kwargs)
+    except TypeError as e:
+        if "budget" in str(e):
+            raise ConfigError(f"pleio: this pleio ({pleio.__version__}) has no budget option") from e
+        raise
+
+
+class Served:
+    """A PLE table served by pleio for one vLLM embedding module: the
+    storage dtype vLLM's lookup writes, and how to gather it."""
+
+    def __init__(self, table, out_dtype: torch.dtype, gather_dtype: torch.dtype, rounding: str | None):
+        self.table = table
+        self.out_dtype = out_dtype
+        self.gather_dtype = gather_dtype
+        self.rounding = rounding
+        self.row_bytes = table.row_elems * torch.empty((), dtype=out_dtype).element_size()
+
+    def fill(self, flat_ids: torch.Tensor, out: torch.Tensor, lo: int | None = None, hi: int | None = None) -> None:
+        """Writes the rows of ``flat_ids`` (CPU int64) into ``out`` (CPU,
+        contiguous, ``len(flat_ids)`` rows of the storage dtype); with a
+        range, rows of ids outside ``[lo, hi)`` are zeros."""
+        dst = out.view(self.gather_dtype) if self.gather_dtype != out.dtype else out
+        if lo is None:
+            pt.gather(self.table, flat_ids, dtype=self.gather_dtype, out=dst, rounding=self.rounding)
+            return
+        owned = (flat_ids >= lo) & (flat_ids < hi)
+        if bool(owned.all()):
+            pt.gather(self.table, flat_ids, dtype=self.gather_dtype, out=dst, rounding=self.rounding)
+            return
+        # Rows another rank owns are read as row 0, then zeroed.
+        ids = torch.where(owned, flat_ids, torch.zeros((), dtype=flat_ids.dtype))
+        pt.gather(self.table, ids, dtype=self.gather_dtype, out=dst, rounding=self.rounding)
+        dst.view(len(flat_ids), -1)[~owned] = 0
+
+
+def _vllm():
+    from vllm.model_executor.model_loader import weight_utils
+    from vllm.models.qwen4_exp.common import ngram_embedding as common
+    from vllm.models.qwen4_exp.nvidia import ngram_embedding as nvidia
+
+    return common, nvidia, weight_utils
+
+
+def _method_kind(method, common) -> str:
+    if isinstance(method, common.Qwen4ExpPLEFp8EmbeddingMethod):
+        return "fp8"
+    if isinstance(method, common.Qwen4ExpPLENvFp4EmbeddingMethod):
+        return "nvfp4"
+    if isinstance(method, common.Qwen4ExpPLEUnquantizedEmbeddingMethod):
+        return "unquantized"
+    raise ConfigError(f"pleio: the PLE embedding method {type(method).__name__} is not one pleio serves")
+
+
+def _attach(module, s: Settings, dense_id: int, prefix: str, common) -> None:
+    """Opens the table of PLE layer ``dense_id`` and checks it against the
+    module; raises :class:`ConfigError` naming both on any mismatch."""
+    emb = module.ngram_embedding
+    try:
+        first = _open(s, None)
+    except pleio.Error as e:
+        raise ConfigError(f"pleio: cannot open the PLE table at {s.path!r}: {e}") from e
+    except ValueError as e:
+        raise ConfigError(f"pleio: cannot open the PLE table at {s.path!r}: {e}") from e
+    layers = list(first.ple_layers)
+    if dense_id >= len(layers):
+        raise ConfigError(
+            f"pleio: {s.path!r} has PLE tables for decoder layers {layers}; the model's "
+            f"{prefix} is PLE layer index {dense_id}"
+        )
+    layer = layers[dense_id]
+    m = _LAYER.search(prefix)
+    if m and int(m.group(1)) != layer:
+        raise ConfigError(
+            f"pleio: the model's {prefix} is decoder layer {m.group(1)}, but PLE table {dense_id} "
+            f"of {s.path!r} belongs to decoder layer {layer}"
+        )
+    table = first if first.layer == layer else _open(s, layer)
+    what = f"pleio: the table at {s.path!r} (layer {layer}, {table.encoding}, {table.rows} x {table.row_elems})"
+    rows, dim = int(emb.org_vocab_size), int(emb.embedding_dim)
+    if (table.rows, table.row_elems) != (rows, dim):
+        raise ConfigError(f"{what} does not match the model's {prefix}: {rows} rows of {dim}")
+    kind = _method_kind(emb.embedding_method, common)
+    if kind == "fp8":
+        if table.encoding != "fp8":
+            raise ConfigError(f"{what}: the model's PLE table is FP8 with one scale (ple_embedding_dtype float8_e4m3fn)")
+        served = Served(table, torch.float8_e4m3fn, torch.uint8, None)
+    elif kind == "nvfp4":
+        if table.encoding != "nvfp4":
+            raise ConfigError(f"{what}: the model's PLE table is NVFP4 (ple_embedding_dtype nvfp4)")
+        served = Served(table, emb.params_dtype, emb.params_dtype, "exact")
+    else:
+        dtype = emb.weight.dtype
+        if table.encoding not in ("bf16", "f16", "f32"):
+            raise ConfigError(f"{what}: the model's PLE table is unquantized {dtype} (no ple_embedding_dtype)")
+        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ConfigError(f"{what}: pleio cannot write the model's table dtype {dtype}")
+        served = Served(table, dtype, dtype, "vllm")
+    _check_row_ids(module, table, what, prefix)
+    emb._pleio = served
+    emb._pleio_prefix = prefix
+
+
+def _check_row_ids(module, table, what: str, prefix: str) -> None:
+    """The row ids of a probe sequence (with an EOS inside) must be the
+    module's own."""
+    buf = module.layer_multipliers
+    vocab = int(module.unigram_vocab_size)
+    eos = int(module.eos_token_id)
+    toks = [t % vocab for t in (1, 7, 3, 11, 2)] + [eos % vocab] + [t % vocab for t in (5, 9, 4)]
+    ids = torch.tensor(toks, dtype=torch.long, device=buf.device)
+    qsl = torch.tensor([0, len(toks)], dtype=torch.int32, device=buf.device)
+    ctx = torch.full((1, module.ngram_size - 1), eos, dtype=torch.long, device=buf.device)
+    with torch.no_grad():
+        want = module.compute_ngram_ids(ids, qsl, ctx).cpu()
+    got = torch.from_numpy(pleio.row_ids(table, torch.tensor(toks).numpy()))
+    if got.shape != want.shape or not torch.equal(got, want.to(got.dtype)):
+        raise ConfigError(f"{what}: its row ids differ from those of the model's {prefix} (another seed, layer or geometry)")
+
+
+def _placeholder(n: int, d: int, dtype: torch.dtype, pinned: bool) -> torch.Tensor:
+    """One zero row expanded to ``n x d``: the shape checks hold, no memory."""
+    row = torch.zeros((1, d), dtype=dtype, device="cpu", pin_memory=pinned)
+    return row.expand(n, d)
+
+
+def _reduce(module, out: torch.Tensor) -> torch.Tensor:
+    """The stock tensor-parallel sum of per-rank rows (FP8 as int8 bytes)."""
+    from vllm.distributed import tensor_model_parallel_all_reduce
+
+    if module.tp_size == 1 or not module.reduce_results:
+        return out
+    dtype = out.dtype
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        out = out.view(torch.int8)
+    group = module.parallel_group
+    out = group.all_reduce(out) if group is not None else tensor_model_parallel_all_reduce(out)
+    return out.view(dtype)
+
+
+def device_lookup(module, ids: torch.Tensor) -> torch.Tensor:
+    """What ``VocabParallelEmbedding.forward`` returns for ``ids``: the rows
+    in the storage dtype; under tensor parallelism zeros outside this rank's
+    range, then summed over ranks."""
+    srv = module._pleio
+    out = torch.empty((*ids.shape, module.embedding_dim), dtype=srv.out_dtype, device=ids.device)
+    flat = ids.reshape(-1).long().cpu()
+    if flat.numel():
+        host = out if out.device.type == "cpu" else torch.empty(out.shape, dtype=out.dtype)
+        if module.tp_size == 1:
+            srv.fill(flat, host)
+        else:
+            si = module.shard_indices
+            srv.fill(flat, host, si.org_vocab_start_index, si.org_vocab_end_index)
+        if host is not out:
+            out.copy_(host)
+    return _reduce(module, out)
+
+
+def patch() -> None:
+    """Installs the hooks once (idempotent; vLLM loads plugins in every process)."""
+    global _PATCHED
+    if _PATCHED:
+        return
+    try:
+        common, nvidia, weight_utils = _vllm()
+    except ImportError:
+        return  # a vLLM without qwen4exp (before 0.31): nothing to serve
+    import vllm
+    from vllm.logger import init_logger
+
+    if not str(getattr(vllm, "__version__", "")).startswith(TESTED):
+        init_logger(__name__).warning(
+            "pleio-vllm: hooks written for vLLM %s, this is %s; a table is checked at engine start",
+            TESTED, getattr(vllm, "__version__", "?"),
+        )
+    ngram = nvidia.Qwen4ExpNGramEmbedding
+    device_cls = common.Qwen4ExpPLEDeviceEmbedding
+    pinned_cls = common.Qwen4ExpPLEPinnedHostEmbedding
+
+    orig_init = ngram.__init__
+
+    def __init__(self, config, embedding_dim, ple_dense_layer_id, max_total_tokens, *args, **kwargs):
+        s = current_settings()
+        if s is None:
+            return orig_init(self, config, embedding_dim, ple_dense_layer_id, max_total_tokens, *args, **kwargs)
+        _BUILDING.active = True
+        try:
+            orig_init(self, config, embedding_dim, ple_dense_layer_id, max_total_tokens, *args, **kwargs)
+        finally:
+            _BUILDING.active = False
+        _attach(self, s, int(ple_dense_layer_id), kwargs.get("prefix", ""), common)
+        _SERVING["active"] = True
+
+    def wrap_alloc(cls, pinned: bool):
+        orig = cls.allocate_embedding_weight
+
+        def allocate_embedding_weight(self, num_embeddings, embedding_dim, dtype):
+            if not getattr(_BUILDING, "active", False):
+                return orig(self, num_embeddings, embedding_dim, dtype)
+            return _placeholder(num_embeddings, embedding_dim, dtype, pinned)
+
+        cls.allocate_embedding_weight = allocate_embedding_weight
+
+    orig_load = ngram.load_weights
+
+    def load_weights(self, weights):
+        if getattr(self.ngram_embedding, "_pleio", None) is None:
+            return orig_load(self, weights)
+        served = self.ngram_embedding
+        dropped: set[str] = set()
+
+        def kept():
+            for name, w in weights:
+                if _SHARD.search(name):
+                    dropped.add(f"ngram_embedding.{name.rsplit('.', 1)[1]}")
+                    continue
+                yield name, w
+
+        loaded = orig_load(self, kept())
+        # The table is pleio's: report its parameters as loaded.
+        loaded.update(dropped)
+        for name in ("weight",) + (("weight_scale",) if served._pleio.out_dtype != torch.float8_e4m3fn else ()):
+            if hasattr(served, name):
+                loaded.add(f"ngram_embedding.{name}")
+        return loaded
+
+    orig_skip = weight_utils.should_skip_weight
+
+    def should_skip_weight(name, *args, **kwargs):
+        if _SERVING["active"] and _SHARD.search(name) and ".ple_embedding." in f".{name}":
+            _SERVING["skipped"] += 1
+            return True
+        return orig_skip(name, *args, **kwargs)
+
+    orig_forward = device_cls.forward
+
+    def forward(self, ngram_ids):
+        if getattr(self, "_pleio", None) is None:
+            return orig_forward(self, ngram_ids)
+        slot_size, slot_offset = self._get_dp_gather_slot(ngram_ids.shape[0])
+        gathered = self._gather_dp_ids(ngram_ids, slot_size)
+        return self._select_embeddings(device_lookup(self, gathered), ngram_ids.shape[0], slot_offset)
+
+    orig_lookup = pinned_cls._lookup
+
+    def _lookup(self, input_ids, output=None):
+        srv = getattr(self, "_pleio", None)
+        if srv is None:
+            return orig_lookup(self, input_ids, output)
+        return pinned_lookup(self, input_ids, output)
+
+    fp8 = common.Qwen4ExpPLEFp8EmbeddingMethod
+    orig_pwal = fp8.process_weights_after_loading
+
+    def process_weights_after_loading(self, layer):
+        orig_pwal(self, layer)
+        srv = getattr(layer, "_pleio", None)
+        if srv is not None:
+            check_fp8_scale(layer, srv)
+
+    ngram.__init__ = __init__
+    ngram.load_weights = load_weights
+    wrap_alloc(device_cls, pinned=False)
+    wrap_alloc(pinned_cls, pinned=True)
+    device_cls.forward = forward
+    pinned_cls._lookup = _lookup
+    fp8.process_weights_after_loading = process_weights_after_loading
+    weight_utils.should_skip_weight = should_skip_weight
+    _PATCHED = True
+
+
+def skipped_shards() -> int:
+    """How many PLE shard tensors the safetensors loader skipped unread."""
+    return _SERVING["skipped"]
+
+
+def pinned_lookup(module, input_ids: torch.Tensor, output: torch.Tensor | None = None) -> torch.Tensor:
+    """``Qwen4ExpPLEPinnedHostEmbedding._lookup`` served by pleio: ``output``
+    ``(*input_ids.shape, D)`` of the lookup dtype gets the rows of ids in
+    ``[org_vocab_start_index, org_vocab_end_index)`` and zeros elsewhere,
+    as the stock kernel writes them. On CUDA the ids go D2H, the rows are
+    gathered into pinned staging by a host node and go H2D, all on the
+    current (prefetch) stream."""
+    srv = module._pleio
+    expected = (*input_ids.shape, module.embedding_dim)
+    if output is None:
+        output = torch.empty(expected, dtype=srv.out_dtype, device=input_ids.device)
+    elif tuple(output.shape) != expected or output.dtype != srv.out_dtype or output.device != input_ids.device:
+        raise ValueError("PLE prefetch output must match the input shape, lookup dtype, and input device")
+    flat = input_ids.reshape(-1)
+    if flat.numel():
+        si = module.shard_indices
+        if flat.is_cuda:
+            from .cuda import lookup_on_stream
+
+            lookup_on_stream(module, srv, flat, output, si.org_vocab_start_index, si.org_vocab_end_index)
+        else:
+            srv.fill(flat.long(), output, si.org_vocab_start_index, si.org_vocab_end_index)
+    return output
+
+
+def check_fp8_scale(layer, srv: Served) -> None:
+    """The FP8 scale vLLM loaded must be the served table's: the table's
+    exact rows equal ``e4m3 * scale`` (exact in f32) on a few nonzero rows."""
+    scale = layer.weight_scale.detach().float().cpu().reshape(-1)[0]
+    n = min(64, srv.table.rows)
+    ids = torch.linspace(0, srv.table.rows - 1, n).long()
+    raw = pt.gather(srv.table, ids, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    exact = pt.gather(srv.table, ids, dtype=torch.float32)
+    if not torch.equal(raw * scale, exact):
+        raise ConfigError(
+            f"pleio: the FP8 scale of {layer._pleio_prefix} in the model ({scale.item()!r}) is not the scale of "
+            f"the table at {str(srv.table.path)!r}"
+        )
