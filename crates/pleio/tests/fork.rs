@@ -111,7 +111,14 @@ fn every_strategy_works_in_parent_and_children_after_fork() {
             .unwrap_or(1);
             // The parent's batch: an error now, never a wait forever.
             let code = match pending.wait() {
-                Err(LookaheadError::Forked { .. }) => code,
+                Err(e)
+                    if matches!(
+                        e.inner().downcast_ref::<LookaheadError>(),
+                        Some(LookaheadError::Forked { .. })
+                    ) =>
+                {
+                    code
+                }
                 _ => 2,
             };
             // SAFETY: leaves the child without running the harness's exit.

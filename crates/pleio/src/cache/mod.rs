@@ -124,7 +124,7 @@ impl Sizing {
         align: usize,
         policy: CachePolicy,
     ) -> Result<Sizing, CacheError> {
-        let memory = match crate::sys::machine().1 {
+        let memory = match crate::sys::physical_memory() {
             0 => isize::MAX as u64,
             m => m.min(isize::MAX as u64),
         };

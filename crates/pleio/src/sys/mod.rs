@@ -22,6 +22,7 @@
 use std::fmt;
 use std::fs::File;
 use std::ops::Range;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -59,6 +60,11 @@ pub const NOOP: bool = adv::NOOP;
 /// arm64 machines). Never a literal: always read from the OS.
 pub fn page_size() -> u64 {
     base::page_size()
+}
+
+/// This machine's physical memory in bytes (0 where the OS does not tell).
+pub fn physical_memory() -> u64 {
+    base::physical_memory()
 }
 
 

@@ -7,6 +7,7 @@
 use std::fs::File;
 use std::io;
 use std::ops::Range;
+use std::path::Path;
 
 use super::{AdviceMode, AdviceOutcome, MemRun};
 
@@ -101,6 +102,10 @@ pub(super) fn map_shared_read_only(_file: &File, _len: usize) -> io::Result<*mut
 /// Nothing to uphold: nothing is ever mapped here.
 pub(super) unsafe fn unmap(_run: MemRun) -> io::Result<()> {
     Ok(())
+}
+
+pub(super) fn physical_memory() -> u64 {
+    0
 }
 
 pub(super) fn open_nonblocking(path: &Path) -> io::Result<File> {

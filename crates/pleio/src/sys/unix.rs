@@ -3,6 +3,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::path::Path;
 use std::os::unix::process::CommandExt;
 use std::sync::OnceLock;
 
@@ -75,6 +76,21 @@ pub(super) unsafe fn unmap(run: MemRun) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+pub(super) fn physical_memory() -> u64 {
+    // SAFETY: sysconf only reads system configuration values.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages <= 0 || page <= 0 {
+        0
+    } else {
+        (pages as u64).saturating_mul(page as u64)
     }
 }
 
