@@ -109,8 +109,7 @@ mod tests {
     #[test]
     fn readers_answer_on_linux() {
         if !cfg!(target_os = "linux") {
-            println!("SKIPPED: /proc readers are Linux-only");
-            return;
+            pleio_testkit::skip!("/proc readers are Linux-only");
         }
         assert!(peak_rss().is_some_and(|b| b > 0));
         assert!(process_major_faults().is_some());
