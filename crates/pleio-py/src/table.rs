@@ -312,6 +312,20 @@ impl Table {
         self.rounding.name()
     }
 
+    /// Whether a file shrinking or failing under the mapped strategies is
+    /// an error now: "active" (pleio's SIGBUS handler is in place),
+    /// "displaced" (a handler installed later, e.g. ``faulthandler``'s,
+    /// replaced it: mapped gathers read with ``pread`` instead) or
+    /// "unprotected" (no guard on this platform).
+    #[getter]
+    fn sigbus_guard(&self) -> &'static str {
+        match self.table.sigbus_guard() {
+            pleio::SigbusGuard::Active => "active",
+            pleio::SigbusGuard::Displaced => "displaced",
+            _ => "unprotected",
+        }
+    }
+
     /// The decoder layer (0-based, ``model.model.layers[layer]``) whose
     /// PLE table this is, or None (a tensor named by ``tensor=``, Gemma 4).
     #[getter]
@@ -438,7 +452,8 @@ impl Table {
     /// threads and the prefetch worker): ``gathers``, ``rows``, ``bytes``,
     /// ``cold_rows``, ``found_resident``, ``read_requests``, ``read_bytes``,
     /// ``runs_advised``, ``advice_syscalls``, ``advice_failures``,
-    /// ``fallbacks``, ``rearms``.
+    /// ``fallbacks``, ``rearms``, ``guard_displaced``, ``guard_reinstalled``,
+    /// ``guard_fallbacks``.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         errors::guard(py, || {
             let s = self.table.stats();

@@ -172,3 +172,21 @@ def test_sigbus_sent_with_kill_reaches_the_host_handler(q, tmp_path):
         cut_and_gather([t, *others])
         assert len(got) == sent, (len(got), sent)
     """)
+
+
+def test_sigbus_guard_answers_what_the_host_did(q, tmp_path):
+    # Table.sigbus_guard: active once pleio's handler is in, displaced while
+    # faulthandler's (installed after it) is, active again when faulthandler
+    # puts pleio's back.
+    run(q, tmp_path, """
+        import faulthandler
+        faulthandler.disable()
+        import pleio
+        t = pleio.open(path, strategy="fault")
+        t.gather([0])
+        assert t.sigbus_guard == "active", t.sigbus_guard
+        faulthandler.enable()
+        assert t.sigbus_guard == "displaced", t.sigbus_guard
+        faulthandler.disable()
+        assert t.sigbus_guard == "active", t.sigbus_guard
+    """)

@@ -85,7 +85,7 @@ pub use error::{Error, ErrorKind, Result};
 #[cfg(feature = "internals")]
 pub use fetch::lookahead;
 pub use fetch::lookahead::{Prefetch, Prefetched};
-pub use fetch::{GatherStats, GatherTotals, Strategy, Table};
+pub use fetch::{GatherStats, GatherTotals, SigbusGuard, Strategy, Table};
 #[cfg(feature = "internals")]
 pub use layout::Layout;
 pub use layout::RowId;

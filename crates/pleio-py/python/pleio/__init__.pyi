@@ -86,6 +86,9 @@ class Table:
     @property
     def rounding(self) -> Rounding: ...
     @property
+    def sigbus_guard(self) -> Literal["active", "displaced", "unprotected"]:
+        """Whether a shrinking or failing file is an error now (see docs/reliability.md)."""
+    @property
     def layer(self) -> Optional[int]:
         """The decoder layer (0-based) whose PLE table this is."""
     @property
