@@ -215,7 +215,10 @@ def tf_helpers():
     return mod
 
 
-def write_model(tf, path: str, seed: int, base: int = 4001, parts: int = 4, **extra) -> None:
+def write_model(tf, path: str, seed: int, base: int = 4001, parts: int = 4, hash_seed: int | None = None) -> None:
+    """A tiny model (weights seeded by ``seed``; ``hash_seed`` the config's
+    n-gram hash seed, default 1234)."""
+    extra = {} if hash_seed is None else {"seed": hash_seed}
     # All linear attention: vLLM's indexed attention needs a GPU.
     cfg = tf.tiny_config(ple_layer_ids=(1,), parts=parts, base=base, layers=3, **extra)
     cfg.layer_types = ["linear_attention"] * cfg.num_hidden_layers
@@ -372,7 +375,7 @@ def main() -> int:
     other = os.path.join(work, "other-geometry")
     write_model(tf, other, seed=2, base=3001)
     reseeded = os.path.join(work, "other-hash-seed")
-    write_model(tf, reseeded, seed=1, **{"seed": 99})
+    write_model(tf, reseeded, seed=1, hash_seed=99)
     expect_errors(bf16, [
         ("a wrong path", {"path": os.path.join(work, "missing")}, "cannot open the PLE table"),
         ("a table of another geometry", {"path": other}, "does not match the model"),
