@@ -44,8 +44,8 @@ def torch_table(path):
     """The torch path against the NumPy path (scripts/torch_bench.py --json)."""
     rep = json.loads(Path(path).read_text())
     figs = rep["figures"]
-    # Reports before feea00e give the overhead's quartiles, later ones its 95% CI.
-    spread = "quartiles" if "overhead_ns_quartiles" in figs[0] else "95% CI"
+    # Reports before feea00e give the overhead's quartiles, later ones also its 95% CI.
+    spread = "95% CI" if "overhead_ns_ci95" in figs[0] else "quartiles"
     out = [f"| rows | dtype | NumPy, `out=` | torch, `out=` | overhead ({spread}) | new tensor vs new array |",
            "|---:|---|---:|---:|---:|---:|"]
     for f in (f for f in figs if f["out"]):
@@ -53,7 +53,7 @@ def torch_table(path):
         d = 2 if f["numpy_ns"] < 10_000 else 1  # microseconds: 2.19, 261.8
         q = f["overhead_ns_quartiles"] if spread == "quartiles" else [f["overhead_ns_ci95"][0], None, f["overhead_ns_ci95"][1]]
         out.append(f"| {f['rows']} | {f['dtype']} | {us(f['numpy_ns'], d)} us | {us(f['torch_ns'], d)} us | "
-                   f"{us(f['overhead_ns'], d)} us ({us(q[0], d)}-{us(q[2], d)}) | "
+                   f"{us(f['overhead_ns'], 2)} us ({us(q[0], 2)} to {us(q[2], 2)}) | "
                    f"{'+' if new['overhead_ns'] >= 0 else ''}{us(new['overhead_ns'], d)} us |")
     return "\n".join(out)
 

@@ -123,7 +123,12 @@ def main() -> int:
             pass
     t = pleio.open(path)
     rng = np.random.default_rng(5)
-    res = {"table": str(path), "rows": t.rows, "encoding": t.encoding, "strategy": t.strategy,
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent).stdout.strip()
+    except OSError:
+        commit = ""
+    res = {"commit": commit, "table": str(path), "rows": t.rows, "encoding": t.encoding, "strategy": t.strategy,
            "torch": torch.__version__, "pleio": pleio.__version__, "target_overhead_us": TARGET_US,
            "method": "median of order-balanced differences of single calls on shared memory, 95% CI",
            "figures": []}
