@@ -438,7 +438,7 @@ impl CkptSpec {
             heads.sizes[0]
         };
         let config = self.ngram_config(vocab_base, unit);
-        let bad = |e: ConfigError| SynthCkptError::BadSpec(e.to_string());
+        let bad = |e: ConfigError| SynthCkptError::BadSpec(format!("config.json: {e}"));
         let mut layers = Vec::with_capacity(ids.len());
         for (index, &id) in ids.iter().enumerate() {
             let index = index as u64;

@@ -50,14 +50,16 @@ pub fn splitmix64(x: u64) -> u64 {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    // The messages do not name the file: `CheckpointError::Config` (and
+    // whoever else shows one) puts the path in front.
     /// The text is not JSON (or not an object).
-    #[error("config.json is not a JSON object: {message}")]
+    #[error("not a JSON object: {message}")]
     BadJson {
         /// serde_json's message.
         message: String,
     },
     /// A required key is absent.
-    #[error("config.json: key `{key}` is missing (looked in {place})")]
+    #[error("key `{key}` is missing (looked in {place})")]
     MissingKey {
         /// The key.
         key: &'static str,
@@ -65,7 +67,7 @@ pub enum ConfigError {
         place: &'static str,
     },
     /// A key holds something other than what it must.
-    #[error("config.json: `{key}` is {found}, expected {expected}")]
+    #[error("`{key}` is {found}, expected {expected}")]
     BadValue {
         /// The key.
         key: &'static str,
@@ -75,7 +77,7 @@ pub enum ConfigError {
         expected: &'static str,
     },
     /// Derived values overflow or are impossible.
-    #[error("config.json: {0}")]
+    #[error("{0}")]
     Derivation(String),
 }
 
