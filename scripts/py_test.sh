@@ -13,7 +13,10 @@
 # venv is ${PLEIO_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/pleio}/torch-venv
 # (else .../venv), the
 # extension's cargo target directory .../target-py (kept between runs, so a
-# rebuild compiles only what changed). Exits with pytest's status, except
+# rebuild compiles only what changed). PLEIO_PY_VENV=DIR installs into a
+# venv of its own instead (made if missing, torch reached through a .pth
+# file naming the torch venv's site-packages), so several checkouts can test
+# at once without replacing each other's package. Exits with pytest's status, except
 # that a run which collected no test (pytest's 5) is a failure (1).
 set -euo pipefail
 
@@ -39,6 +42,17 @@ if TORCH_PY=$(bash "$ROOT/integrations/transformers/venv.sh"); then
     VENV=$(dirname "$(dirname "$TORCH_PY")")
 else
     echo "py_test: no torch venv (see above): the torch door's tests will be SKIPPED" >&2
+fi
+if [ -n "${PLEIO_PY_VENV:-}" ]; then
+    if [ ! -x "$PLEIO_PY_VENV/bin/python" ]; then
+        python3 -m venv "$PLEIO_PY_VENV"
+    fi
+    if [ -x "${TORCH_PY:-}" ] && [ "$PLEIO_PY_VENV" != "$VENV" ]; then
+        torch_site=$("$TORCH_PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+        own_site=$("$PLEIO_PY_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+        echo "$torch_site" >"$own_site/pleio-torch-venv.pth"
+    fi
+    VENV=$PLEIO_PY_VENV
 fi
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
