@@ -6,6 +6,9 @@ reports in docs/reports, so no figure there is typed by hand.
     python3 scripts/docs_gen.py torch REPORT  # the torch-path table of docs/python.md
     python3 scripts/docs_gen.py transformers REPORT...  # checks passed per version
     python3 scripts/docs_gen.py transformers-rss REPORT # from_pretrained's peak memory
+    python3 scripts/docs_gen.py rivals|rivals-setup|rivals-probes|rivals-formats|rivals-rowids REPORT
+                                              # scripts/rivals_bench.py's report: latency, setup
+                                              # and memory, probes, engramdb's row ids
 
 A generated block in a page of docs/ is
 
@@ -85,7 +88,117 @@ def transformers_rss(path):
             f"table's {rss['table_bytes'] / 2**20:,.0f} MiB.")
 
 
-RENDERERS = {"torch": torch_table, "transformers-rss": transformers_rss}
+RIVALS = ("pleio", "mmap", "engramdb", "service-ple-agent", "service-ple-server")
+RIVAL_NAMES = {"pleio": "pleio `auto`", "mmap": "NumPy memmap", "engramdb": "engramdb `Store`",
+               "service-ple-agent": "service-ple agent", "service-ple-server": "service-ple RAM server"}
+
+
+def dur(us_):
+    return f"{us_ / 1000:.2f} ms" if us_ >= 1000 else f"{us_:.0f} us" if us_ >= 100 else f"{us_:.1f} us"
+
+
+def rivals_engines(rep):
+    return [e for e in RIVALS if e in rep["engines"] and "figures" in rep["engines"][e]]
+
+
+def rivals_table(path):
+    """Median (p99) per batch for every engine, and each rival's median over pleio's (rivals_bench.py)."""
+    rep = json.loads(Path(path).read_text())
+    engines = rivals_engines(rep)
+    fig = {(e, f["kind"], f["size"], f["phase"]): f for e in engines for f in rep["engines"][e]["figures"]}
+    rivals = [e for e in engines if e != "pleio"]
+    out = ["| batch | " + " | ".join(RIVAL_NAMES[e] for e in engines) + " | " +
+           " | ".join(f"{RIVAL_NAMES[e]} / pleio" for e in rivals) + " |",
+           "|---|" + "---:|" * (len(engines) + len(rivals))]
+    for kind in ("random", "corpus"):
+        for size in (16, 1792):
+            for phase in ("cold", "warm"):
+                if ("pleio", kind, size, phase) not in fig:
+                    continue
+                p = fig[("pleio", kind, size, phase)]["median_us"]
+                cells = [f"{dur(fig[(e, kind, size, phase)]['median_us'])} ({dur(fig[(e, kind, size, phase)]['p99_us'])})"
+                         for e in engines]
+                ratios = [f"{fig[(e, kind, size, phase)]['median_us'] / p:.2f}x" for e in rivals]
+                out.append(f"| {kind} {size} rows, {phase} | " + " | ".join(cells + ratios) + " |")
+    for e in RIVALS:
+        if e in rep["engines"] and "error" in rep["engines"][e]:
+            out.append(f"\n{RIVAL_NAMES[e]} did not run: {rep['engines'][e]['error']}")
+    return "\n".join(out)
+
+
+def rivals_setup(path):
+    """Setup cost, memory per process and correctness per engine (rivals_bench.py)."""
+    rep = json.loads(Path(path).read_text())
+    out = ["| engine | setup | peak RSS, engine process | daemon | rows differing from the file |",
+           "|---|---|---:|---|---|"]
+    for e in rivals_engines(rep):
+        r = rep["engines"][e]
+        s = r["setup"]
+        setup = []
+        if "repack_s" in s:
+            setup.append(f"repack {s['repack_s']:.1f} s, {s['extra_disk_bytes'] / 2**30:.2f} GiB more on disk")
+        if "agent_start_s" in s:
+            setup.append(f"agent start {s['agent_start_s'] * 1000:.0f} ms")
+        if "server_load_s" in s:
+            setup.append(f"server load {s['server_load_s']:.1f} s")
+        if "open_s" in s:
+            setup.append(f"open {s['open_s'] * 1000:.1f} ms")
+        d = r.get("daemon") or {}
+        daemon = "-"
+        if d:
+            daemon = f"`{d['daemon']}` peak RSS {mib(d['daemon_peak_rss_kib'])}"
+            if "shm_cache_bytes" in d:
+                daemon += f"; shared cache {d['shm_cache_bytes'] / 2**20:,.0f} MiB in /dev/shm ({d['agent_cache_rows']:,} rows)"
+        bad = sum(m["rows"] for m in r["mismatches"])
+        zero = sum(m["zero_rows"] for m in r["mismatches"])
+        corr = "none" if not bad else f"{bad:,} rows ({zero:,} of them zeros)"
+        rss = r["rss_kib"]
+        out.append(f"| {RIVAL_NAMES[e]} | {'; '.join(setup) or '-'} | {mib(rss['peak'])} "
+                   f"(Python + NumPy alone: {mib(rss['python_numpy_base'])}) | {daemon} | {corr} |")
+    return "\n".join(out)
+
+
+def rivals_probes(path, key="probes"):
+    """What each engine does on bad input, or which formats it reads (rivals_bench.py's probes)."""
+    items = json.loads(Path(path).read_text())[key]
+    cases = list(dict.fromkeys(p["case"] for p in items))
+    engines = list(dict.fromkeys(p["engine"] for p in items))
+    cell = {(p["case"], p["engine"]): p for p in items}
+    out = ["| case | " + " | ".join(engines) + " |", "|---|" + "---|" * len(engines)]
+    for c in cases:
+        row = []
+        for e in engines:
+            p = cell.get((c, e))
+            if p is None:
+                row.append("")
+            elif p["result"] == "returns":
+                row.append(str(p["detail"]))
+            elif p["result"] == "raises":
+                row.append(f"raises `{p['detail']}`".replace("|", "\\|"))
+            else:
+                row.append(f"{p['result']}: {p['detail']}".rstrip(": ").replace("|", "\\|"))
+        out.append(f"| {c} | " + " | ".join(row) + " |")
+    return "\n".join(out)
+
+
+def rivals_rowids(path):
+    """engramdb's row ids against pleio's on the benchmark's checkpoint (rivals_bench.py)."""
+    rep = json.loads(Path(path).read_text())
+    r = rep["rowids"]
+    out = [f"On the benchmark's checkpoint ({rep['table']['rows']:,} rows, `ngram_vocab_size_base` "
+           f"{r['ngram_vocab_size_base']:,}), the first {r['tokens']:,} corpus tokens:", ""]
+    for c in r["calls"]:
+        if "error" in c:
+            out.append(f"- `{c['call']}`: raises `{c['error']}`")
+        else:
+            out.append(f"- `{c['call']}`: {c['wrong_ids']:,} of {c['ids']:,} ids differ from pleio's"
+                       f" ({c['out_of_table']:,} past the table's end)")
+    return "\n".join(out)
+
+
+RENDERERS = {"torch": torch_table, "transformers-rss": transformers_rss, "rivals": rivals_table,
+             "rivals-setup": rivals_setup, "rivals-probes": rivals_probes, "rivals-rowids": rivals_rowids,
+             "rivals-formats": lambda path: rivals_probes(path, "formats")}
 
 
 def run(cmd):
