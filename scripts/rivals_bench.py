@@ -144,10 +144,12 @@ class Layout:
         self.rows_per_shard = self.shards[0][1][0]
         self.rows = sum(s[1][0] for s in self.shards)
         self.offsets = np.array([s[2] for s in self.shards], dtype=np.int64)
+        self.starts = np.cumsum([0] + [s[1][0] for s in self.shards[:-1]]).astype(np.int64)
 
     def row_offsets(self, ids):
         ids = np.asarray(ids, dtype=np.int64)
-        return self.offsets[ids // self.rows_per_shard] + (ids % self.rows_per_shard) * self.row_bytes
+        s = np.searchsorted(self.starts, ids, side="right") - 1
+        return self.offsets[s] + (ids - self.starts[s]) * self.row_bytes
 
     def reference(self, ids):
         """The file's bytes of rows `ids`, by pread (no mapping: no RSS)."""
@@ -523,13 +525,16 @@ def probe_table(pleio_bin, work, name="probe-ckpt", extra=("--encoding", "fp8", 
     return d
 
 
-def agent_accepts(table, work):
-    """Does a service-ple agent start on this file? 'serves' or its exit status and last line."""
+def agent_accepts(ckpt, table, work):
+    """Does a service-ple agent start on this file, and serve its rows? Or its exit status and last line."""
     sock = str(Path(work) / "fmt.sock")
     proc, _ = start_agent(table, sock, 65536, Path(work) / "fmt-agent.log")
     try:
-        SpleClient(sple_lib(), "unix:" + sock, timeout=5)
-        return {"result": "serves it", "detail": ""}
+        c = SpleClient(sple_lib(), "unix:" + sock, timeout=5)
+        lay = Layout(ckpt)
+        ids = np.array([0, 1, lay.rows // 2, lay.rows - 1], dtype=np.int64)
+        got = c.fetch(ids, np.full((len(ids), lay.row_bytes), 0xAA, np.uint8))
+        return {"result": "serves it", "detail": rows_desc(got, lay.reference(ids)) + " (4 rows checked)"}
     except RuntimeError:
         proc.wait(5)
         last = Path(work, "fmt-agent.log").read_text(errors="replace").strip().splitlines()[-1]
@@ -546,17 +551,22 @@ def format_probes(pleio_bin, work):
     out = []
     for name, extra in (("FP8, BF16 table scale, vLLM's ceil shards", ("--encoding", "fp8", "--shard-rows", "ceil")),
                         ("FP8, F32 table scale", ("--encoding", "fp8", "--shard-rows", "ceil", "--fp8-scale", "2e-4")),
-                        ("FP8, mlx-vlm's divmod shards", ("--encoding", "fp8", "--shard-rows", "divmod")),
+                        ("FP8, 100 shards split as vLLM does (ceil: the last one shorter)",
+                         ("--encoding", "fp8", "--shards", "100", "--shard-rows", "ceil")),
+                        ("FP8, 100 shards split as mlx-vlm does (divmod: the first ones longer)",
+                         ("--encoding", "fp8", "--shards", "100", "--shard-rows", "divmod")),
                         ("FP8, a BF16 scale per row", ("--encoding", "fp8-row", "--shard-rows", "ceil")),
                         ("BF16", ("--encoding", "bf16", "--shard-rows", "ceil")),
                         ("NVFP4", ("--encoding", "nvfp4", "--shard-rows", "ceil"))):
         d = probe_table(pleio_bin, work, "fmt-ckpt", extra)
         f = str(next(d.glob("*.safetensors")))
         out.append({"case": name, "engine": "pleio", **outcome(lambda: f"reads it ({pleio.open(str(d)).encoding})")})
-        out.append({"case": name, "engine": "service-ple", **agent_accepts(f, work)})
+        out.append({"case": name, "engine": "service-ple", **agent_accepts(d, f, work)})
         out.append({"case": name, "engine": "engramdb", "result": "n/a",
                     "detail": "reads only its own shard_NNN.bin files; the wheel has no converter"})
         shutil.rmtree(d)
+    for p in out:
+        p["detail"] = p["detail"].replace(str(work) + "/", "")
     return out
 
 
@@ -568,7 +578,7 @@ def outcome(fn):
     except BaseException as e:  # noqa: B036 (PanicException derives from BaseException)
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
-        return {"result": "raises", "detail": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+        return {"result": "raises", "detail": f"{type(e).__name__}: {str(e).splitlines()[0][:240]}"}
 
 
 def rows_desc(out, ref):
@@ -665,6 +675,8 @@ def run_probes(pleio_bin, work):
         p.unlink()
     shutil.rmtree(d)
     shutil.rmtree(eng_dir)
+    for p in probes:  # the work directory's path says nothing
+        p["detail"] = p["detail"].replace(str(work) + "/", "")
     return probes
 
 
