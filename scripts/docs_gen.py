@@ -88,8 +88,8 @@ def transformers_rss(path):
             f"table's {rss['table_bytes'] / 2**20:,.0f} MiB.")
 
 
-RIVALS = ("pleio", "mmap", "engramdb", "service-ple-agent", "service-ple-server")
-RIVAL_NAMES = {"pleio": "pleio `auto`", "mmap": "NumPy memmap", "engramdb": "engramdb `Store`",
+RIVALS = ("pleio", "pleio-cached", "mmap", "engramdb", "service-ple-agent", "service-ple-server")
+RIVAL_NAMES = {"pleio": "pleio `auto`", "pleio-cached": "pleio `cached`", "mmap": "NumPy memmap", "engramdb": "engramdb `Store`",
                "service-ple-agent": "service-ple agent", "service-ple-server": "service-ple RAM server"}
 
 
@@ -106,7 +106,7 @@ def rivals_table(path):
     rep = json.loads(Path(path).read_text())
     engines = rivals_engines(rep)
     fig = {(e, f["kind"], f["size"], f["phase"]): f for e in engines for f in rep["engines"][e]["figures"]}
-    rivals = [e for e in engines if e != "pleio"]
+    rivals = [e for e in engines if not e.startswith("pleio")]
     out = ["| batch | " + " | ".join(RIVAL_NAMES[e] for e in engines) + " | " +
            " | ".join(f"{RIVAL_NAMES[e]} / pleio" for e in rivals) + " |",
            "|---|" + "---:|" * (len(engines) + len(rivals))]
