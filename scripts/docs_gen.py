@@ -6,6 +6,7 @@ reports in docs/reports, so no figure there is typed by hand.
     python3 scripts/docs_gen.py torch REPORT  # the torch-path table of docs/python.md
     python3 scripts/docs_gen.py transformers REPORT...  # checks passed per version
     python3 scripts/docs_gen.py transformers-rss REPORT # from_pretrained's peak memory
+    python3 scripts/docs_gen.py rivals-ratios REPORT...  # rival / pleio, run by run
     python3 scripts/docs_gen.py rivals|rivals-setup|rivals-probes|rivals-formats|rivals-rowids REPORT
                                               # scripts/rivals_bench.py's report: latency, setup
                                               # and memory, probes, engramdb's row ids
@@ -101,28 +102,42 @@ def rivals_engines(rep):
     return [e for e in RIVALS if e in rep["engines"] and "figures" in rep["engines"][e]]
 
 
+def rivals_figs(rep):
+    return {(e, f["kind"], f["size"], f["phase"]): f for e in rivals_engines(rep) for f in rep["engines"][e]["figures"]}
+
+
+RIVAL_ROWS = [(k, n, p) for k in ("random", "corpus") for n in (16, 1792) for p in ("cold", "warm")]
+
+
 def rivals_table(path):
-    """Median (p99) per batch for every engine, and each rival's median over pleio's (rivals_bench.py)."""
+    """Median (p99) per batch for every engine (rivals_bench.py)."""
     rep = json.loads(Path(path).read_text())
-    engines = rivals_engines(rep)
-    fig = {(e, f["kind"], f["size"], f["phase"]): f for e in engines for f in rep["engines"][e]["figures"]}
-    rivals = [e for e in engines if not e.startswith("pleio")]
-    out = ["| batch | " + " | ".join(RIVAL_NAMES[e] for e in engines) + " | " +
-           " | ".join(f"{RIVAL_NAMES[e]} / pleio" for e in rivals) + " |",
-           "|---|" + "---:|" * (len(engines) + len(rivals))]
-    for kind in ("random", "corpus"):
-        for size in (16, 1792):
-            for phase in ("cold", "warm"):
-                if ("pleio", kind, size, phase) not in fig:
-                    continue
-                p = fig[("pleio", kind, size, phase)]["median_us"]
-                cells = [f"{dur(fig[(e, kind, size, phase)]['median_us'])} ({dur(fig[(e, kind, size, phase)]['p99_us'])})"
-                         for e in engines]
-                ratios = [f"{fig[(e, kind, size, phase)]['median_us'] / p:.2f}x" for e in rivals]
-                out.append(f"| {kind} {size} rows, {phase} | " + " | ".join(cells + ratios) + " |")
+    engines, fig = rivals_engines(rep), rivals_figs(rep)
+    out = ["| batch | " + " | ".join(RIVAL_NAMES[e] for e in engines) + " |", "|---|" + "---:|" * len(engines)]
+    for kind, size, phase in RIVAL_ROWS:
+        if ("pleio", kind, size, phase) in fig:
+            out.append(f"| {kind} {size} rows, {phase} | " + " | ".join(
+                f"{dur(fig[(e, kind, size, phase)]['median_us'])} ({dur(fig[(e, kind, size, phase)]['p99_us'])})"
+                for e in engines) + " |")
     for e in RIVALS:
         if e in rep["engines"] and "error" in rep["engines"][e]:
             out.append(f"\n{RIVAL_NAMES[e]} did not run: {rep['engines'][e]['error']}")
+    return "\n".join(out)
+
+
+def rivals_ratios(*paths):
+    """Each rival's median over pleio `auto`'s, in each run given (rivals_bench.py reports)."""
+    reps = [json.loads(Path(p).read_text()) for p in paths]
+    figs = [rivals_figs(r) for r in reps]
+    rivals = [e for e in rivals_engines(reps[0]) if not e.startswith("pleio")]
+    runs = f" (runs {', '.join(str(i + 1) for i in range(len(reps)))})" if len(reps) > 1 else ""
+    out = [f"| batch{runs} | " + " | ".join(RIVAL_NAMES[e] for e in rivals) + " |", "|---|" + "---:|" * len(rivals)]
+    for kind, size, phase in RIVAL_ROWS:
+        key = ("pleio", kind, size, phase)
+        if key in figs[0]:
+            out.append(f"| {kind} {size} rows, {phase} | " + " | ".join(", ".join(
+                f"{f[(e, kind, size, phase)]['median_us'] / f[key]['median_us']:.2f}x"
+                if (e, kind, size, phase) in f and key in f else "-" for f in figs) for e in rivals) + " |")
     return "\n".join(out)
 
 
@@ -243,6 +258,9 @@ def main():
         return regenerate(check=args == ["--check"])
     if args[0] == "transformers" and len(args) > 1:
         print(transformers_checks(args[1:]))
+        return 0
+    if args[0] == "rivals-ratios" and len(args) > 1:
+        print(rivals_ratios(*args[1:]))
         return 0
     if args[0] in RENDERERS and len(args) == 2:
         print(RENDERERS[args[0]](args[1]))
