@@ -6,7 +6,7 @@ reports in docs/reports, so no figure there is typed by hand.
     python3 scripts/docs_gen.py torch REPORT  # the torch-path table of docs/python.md
     python3 scripts/docs_gen.py transformers REPORT...  # checks passed per version
     python3 scripts/docs_gen.py transformers-rss REPORT # from_pretrained's peak memory
-    python3 scripts/docs_gen.py rivals-ratios REPORT...  # rival / pleio, run by run
+    python3 scripts/docs_gen.py rivals-ratios [--base pleio-cached] REPORT...  # rival / pleio, run by run
     python3 scripts/docs_gen.py rivals|rivals-setup|rivals-probes|rivals-formats|rivals-rowids REPORT
                                               # scripts/rivals_bench.py's report: latency, setup
                                               # and memory, probes, engramdb's row ids
@@ -125,15 +125,16 @@ def rivals_table(path):
     return "\n".join(out)
 
 
-def rivals_ratios(*paths):
-    """Each rival's median over pleio `auto`'s, in each run given (rivals_bench.py reports)."""
+def rivals_ratios(*paths, base="pleio"):
+    """Each rival's median over pleio's (`auto`, or `--base pleio-cached`), in each run given
+    (rivals_bench.py reports)."""
     reps = [json.loads(Path(p).read_text()) for p in paths]
     figs = [rivals_figs(r) for r in reps]
     rivals = [e for e in rivals_engines(reps[0]) if not e.startswith("pleio")]
     runs = f" (runs {', '.join(str(i + 1) for i in range(len(reps)))})" if len(reps) > 1 else ""
     out = [f"| batch{runs} | " + " | ".join(RIVAL_NAMES[e] for e in rivals) + " |", "|---|" + "---:|" * len(rivals)]
     for kind, size, phase in RIVAL_ROWS:
-        key = ("pleio", kind, size, phase)
+        key = (base, kind, size, phase)
         if key in figs[0]:
             out.append(f"| {kind} {size} rows, {phase} | " + " | ".join(", ".join(
                 f"{f[(e, kind, size, phase)]['median_us'] / f[key]['median_us']:.2f}x"
@@ -153,7 +154,9 @@ def rivals_setup(path):
         if "repack_s" in s:
             setup.append(f"repack {s['repack_s']:.1f} s, {s['extra_disk_bytes'] / 2**30:.2f} GiB more on disk")
         if "agent_start_s" in s:
-            setup.append(f"agent start {s['agent_start_s'] * 1000:.0f} ms")
+            d0 = r.get("daemon") or {}
+            most = d0.get("agent_start_s_max", s["agent_start_s"])
+            setup.append(f"agent start {s['agent_start_s']:.1f} s (at most {most:.1f} s over the 4 passes)")
         if "server_load_s" in s:
             setup.append(f"server load {s['server_load_s']:.1f} s")
         if "open_s" in s:
@@ -168,8 +171,9 @@ def rivals_setup(path):
         zero = sum(m["zero_rows"] for m in r["mismatches"])
         corr = "none" if not bad else f"{bad:,} rows ({zero:,} of them zeros)"
         rss = r["rss_kib"]
+        shm = f", {mib(rss['shmem_end'])} of it shared memory" if rss["shmem_end"] > 1024 else ""
         out.append(f"| {RIVAL_NAMES[e]} | {'; '.join(setup) or '-'} | {mib(rss['peak'])} "
-                   f"(Python + NumPy alone: {mib(rss['python_numpy_base'])}) | {daemon} | {corr} |")
+                   f"(Python + NumPy alone: {mib(rss['python_numpy_base'])}{shm}) | {daemon} | {corr} |")
     return "\n".join(out)
 
 
@@ -260,7 +264,10 @@ def main():
         print(transformers_checks(args[1:]))
         return 0
     if args[0] == "rivals-ratios" and len(args) > 1:
-        print(rivals_ratios(*args[1:]))
+        base = "pleio"
+        if args[1] == "--base" and len(args) > 3:
+            base, args = args[2], args[:1] + args[3:]
+        print(rivals_ratios(*args[1:], base=base))
         return 0
     if args[0] in RENDERERS and len(args) == 2:
         print(RENDERERS[args[0]](args[1]))
