@@ -15,6 +15,9 @@ reports in docs/reports, so no figure there is typed by hand.
     python3 scripts/docs_gen.py cache-targets REPORT  # scripts/cache_targets_summary.py --json
     python3 scripts/docs_gen.py warm-coverage REPORT  # scripts/warm_coverage.sh's cases
     python3 scripts/docs_gen.py bindings REPORT       # scripts/py_bench.py --json
+    python3 scripts/docs_gen.py gather-sentence REPORT ROWS  # a sentence: auto vs fault vs the floor
+    python3 scripts/docs_gen.py cold-path BENCH TARGETS      # docs/strategies.md's cold-path table
+    python3 scripts/docs_gen.py decode|ckpt-decode|gather-dtype REPORT  # cargo bench summaries
 
 A generated block in a page of docs/ is
 
@@ -245,10 +248,95 @@ def bindings(path):
     return with_footer(path, "\n".join(out), rep)
 
 
+def arms(rep):
+    return {(a["strategy"], a["rows"], a["cold"]): a for a in rep["arms"]}
+
+
+def gather_sentence(path, rows):
+    """One sentence for prose: `auto` against `fault` and the floor, cold, at ROWS rows."""
+    rep = load(path)
+    a, rows = arms(rep), int(rows)
+    auto, fault, lim = a[("auto", rows, True)], a[("fault", rows, True)], a[("limit", rows, True)]
+    return (f"a cold batch of {rows} rows takes {ms(auto['mean_us'])} with `auto` instead of "
+            f"{ms(fault['mean_us'])} with the plain mapping ({fault['mean_us'] / auto['mean_us']:.1f}x "
+            f"faster), {auto['ratio_to_limit']:.2f}x the device floor's {ms(lim['median_us'])} "
+            f"(`{' '.join(['pleio'] + rep['run']['argv'][1:2])} ...` at {rep['run']['commit'][:7]}, "
+            f"report `{Path(path).as_posix()}`)")
+
+
+def cold_path(bench_path, targets_path):
+    """`auto`'s cold path against the other ways to read a cold row, from two runs."""
+    b, tg = load(bench_path), load(targets_path)
+    a = arms(b)
+    lim = a[("limit", 1792, True)]["median_us"]
+    fault_warm = a[("fault", 1792, False)]["mean_us"]
+    cold = tg["output"]["cold_tokens_per_s"]
+    out = ["| strategy | how it reads a cold row | cold 1792 rows | vs floor | warm 1792 rows | vs `fault` warm "
+           "| cold corpus prefill, tokens/s |", "|---|---|---:|---:|---:|---:|---:|"]
+    how = {"auto": "advise all cold rows' pages, then copy from the mapping",
+           "advise": "the same, without `auto`'s residency bookkeeping",
+           "uring": "buffered io_uring reads (`auto`'s earlier design)",
+           "uring-direct": "`O_DIRECT` reads of the rows' blocks",
+           "fault": "one synchronous page fault per cold row"}
+    for s in how:
+        c, w = a[(s, 1792, True)], a[(s, 1792, False)]
+        out.append(f"| `{s}` | {how[s]} | {ms(c['mean_us'])} | {c['mean_us'] / lim:.2f}x | {ms(w['mean_us'])} | "
+                   f"{w['mean_us'] / fault_warm:.1f}x | {f'{cold[s]:,.0f}' if s in cold else '-'} |")
+    return ("\n".join(out) + "\n\n" + made_by(bench_path, b) + "\n" + made_by(targets_path, tg))
+
+
+SUMMARY = re.compile(r"^\s*(?P<name>\S+): (?:\d+ rows x\s*(?P<elems>\d+) in )?\s*(?P<ms>[\d.]+) ms = "
+                     r"\s*(?P<mrows>[\d.]+) M rows/s, in\s+(?P<gin>[\d.]+) GB/s, out\s+(?P<gout>[\d.]+) GB/s")
+
+
+def summary_lines(rep):
+    """The `name: ... ms = ... M rows/s` lines of a decode bench's summary."""
+    return {m["name"]: m for m in map(SUMMARY.match, rep["output"]) if m}
+
+
+def decode(path):
+    """`cargo bench --bench decode`'s summary: every GGUF type, fast and scalar."""
+    rep = load(path)
+    lines = summary_lines(rep)
+    out = [rep["output"][0], "", "| type (row) | time per ubatch | rows/s | output GB/s | scalar reference |",
+           "|---|---:|---:|---:|---:|"]
+    for name, m in lines.items():
+        if name.endswith("/scalar"):
+            continue
+        sc = lines.get(name + "/scalar")
+        out.append(f"| {name} ({m['elems']}) | {m['ms']} ms | {m['mrows']} M | {m['gout']} | "
+                   f"{sc['ms'] + ' ms' if sc else '(same kernel)'} |")
+    return with_footer(path, "\n".join(out), rep)
+
+
+def ckpt_decode(path):
+    """`cargo bench --bench ckpt_decode`'s summary: each encoding to f32 and bf16."""
+    rep = load(path)
+    lines = summary_lines(rep)
+    encs = list(dict.fromkeys(n.split("->")[0] for n in lines))
+    out = [rep["output"][0], "", "| encoding | to f32 | to bf16 | scalar reference to f32 |", "|---|---:|---:|---:|"]
+    cell = lambda n: f"{lines[n]['ms']} ms" if n in lines else "-"
+    for e in encs:
+        out.append(f"| {e} | {cell(e + '->f32')} | {cell(e + '->bf16')} | {cell(e + '->f32/scalar')} |")
+    return with_footer(path, "\n".join(out), rep)
+
+
+def gather_dtype(path):
+    """`cargo bench --bench gather_dtype`'s summary, as one table row per output type."""
+    rep = load(path)
+    out = [rep["output"][0], "", "| output | best time | vs f32 |", "|---|---:|---:|"]
+    for line in rep["output"][1:]:
+        m = re.match(r"^\s*(.+?):\s+([\d.]+) us\s+\(([\d.]+)x f32\)", line)
+        if m:
+            out.append(f"| {m[1]} | {m[2]} us | {m[3]}x |")
+    return with_footer(path, "\n".join(out), rep)
+
+
 RENDERERS = {"torch": torch_table, "transformers-rss": transformers_rss, "bench": bench, "replay": replay,
              "headline": headline, "demo-floors": demo, "cache-sim": cache_sim,
              "cache-policies": cache_policies, "cache-targets": cache_targets,
-             "warm-coverage": warm_coverage, "bindings": bindings}
+             "warm-coverage": warm_coverage, "bindings": bindings, "gather-sentence": gather_sentence,
+             "cold-path": cold_path, "decode": decode, "ckpt-decode": ckpt_decode, "gather-dtype": gather_dtype}
 
 
 def run(cmd):

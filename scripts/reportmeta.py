@@ -15,15 +15,17 @@ tracked file differs from it; the loads are /proc/loadavg's 1-, 5- and
 As a command it wraps another one whose standard output is JSON, JSON
 lines or text, and writes that output with the stamp to a report:
 
-    python3 scripts/reportmeta.py --out docs/reports/NAME.json -- CMD ARGS...
+    python3 scripts/reportmeta.py --out docs/reports/NAME.json [--from REGEX] -- CMD ARGS...
 
 (`output`: the parsed JSON, a list of the JSON lines, or a list of text
-lines; the command's standard error passes through; its exit status is
-the wrapper's, and a failed command writes no report).
+lines, with `--from` only the text from the first line matching REGEX on,
+e.g. a bench's summary after criterion's own output; the command's
+standard error passes through, and a failed command writes no report).
 """
 
 import json
 import os
+import re
 import platform
 import subprocess
 import sys
@@ -98,14 +100,22 @@ def parse(text):
 
 def main():
     args = sys.argv[1:]
-    if len(args) < 4 or args[0] != "--out" or args[2] != "--":
+    if len(args) < 4 or args[0] != "--out" or "--" not in args:
         sys.exit(__doc__)
-    out, cmd = Path(args[1]), args[3:]
+    out, opts, cmd = Path(args[1]), args[2:args.index("--")], args[args.index("--") + 1:]
+    if opts not in ([],) and not (len(opts) == 2 and opts[0] == "--from"):
+        sys.exit(__doc__)
     state = start(cmd)
     done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if done.returncode != 0:
         sys.exit(f"reportmeta: {' '.join(cmd)} exited with {done.returncode}; no report written")
-    rep = {"schema": "pleio-script-report/1", **stamp(state), "output": parse(done.stdout)}
+    text = done.stdout
+    if opts:
+        m = re.search(opts[1], text, re.M)
+        if not m:
+            sys.exit(f"reportmeta: no line of the output matches {opts[1]!r}; no report written")
+        text = text[text.rfind("\n", 0, m.start()) + 1:]
+    rep = {"schema": "pleio-script-report/1", **stamp(state), "output": parse(text)}
     out.write_text(json.dumps(rep, indent=1) + "\n")
     print(f"reportmeta: wrote {out} ({rep['run']['seconds']:.0f} s)", file=sys.stderr)
     return 0

@@ -1,6 +1,8 @@
 //! Bakes the git commit the binary was built from into `PLEIO_GIT_COMMIT`
-//! (`-dirty` when tracked files differed from it; `unknown` outside a git
-//! checkout), so every `--json` report names the code that measured it.
+//! (`-dirty` when a tracked file the binary is built from, under `crates/`,
+//! `corpus/` or the workspace's manifests, differed from it; `unknown`
+//! outside a git checkout), so every `--json` report names the code that
+//! measured it.
 
 use std::process::Command;
 
