@@ -15,8 +15,18 @@ fn git(args: &[&str]) -> Option<String> {
 
 fn main() {
     let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    let dirty =
-        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    // What the binary is built from (not docs/ or scripts/): cwd is crates/pleio-cli.
+    let dirty = git(&[
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        "../../crates",
+        "../../corpus",
+        "../../Cargo.toml",
+        "../../Cargo.lock",
+    ])
+    .is_some_and(|s| !s.is_empty());
     println!(
         "cargo:rustc-env=PLEIO_GIT_COMMIT={commit}{}",
         if dirty { "-dirty" } else { "" }
