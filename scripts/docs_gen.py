@@ -6,6 +6,7 @@ reports in docs/reports, so no figure there is typed by hand.
     python3 scripts/docs_gen.py torch REPORT  # the torch-path table of docs/python.md
     python3 scripts/docs_gen.py transformers REPORT...  # checks passed per version
     python3 scripts/docs_gen.py transformers-rss REPORT # from_pretrained's peak memory
+    python3 scripts/docs_gen.py vllm-rss REPORT       # stock vLLM's peak memory against pleio-vllm's
     python3 scripts/docs_gen.py bench REPORT...       # `pleio bench --json` tables (bench_tables.py)
     python3 scripts/docs_gen.py replay REPORT         # scripts/replay_table.py --report
     python3 scripts/docs_gen.py headline BENCH REPLAY # README's headline table
@@ -15,7 +16,7 @@ reports in docs/reports, so no figure there is typed by hand.
     python3 scripts/docs_gen.py cache-targets REPORT  # scripts/cache_targets_summary.py --json
     python3 scripts/docs_gen.py warm-coverage REPORT  # scripts/warm_coverage.sh's cases
     python3 scripts/docs_gen.py bindings REPORT       # scripts/py_bench.py --json
-    python3 scripts/docs_gen.py gather-sentence REPORT ROWS  # a sentence: auto vs fault vs the floor
+    python3 scripts/docs_gen.py gather-sentence REPORT ROWS LEAD  # a paragraph: auto vs fault vs the floor
     python3 scripts/docs_gen.py cold-path BENCH TARGETS      # docs/strategies.md's cold-path table
     python3 scripts/docs_gen.py decode|ckpt-decode|gather-dtype REPORT  # cargo bench summaries
 
@@ -108,6 +109,18 @@ def transformers_rss(path):
             f"table's {rss['table_bytes'] / 2**20:,.0f} MiB.")
 
 
+def vllm_rss(path):
+    """The engine process's peak memory, stock vLLM against pleio-vllm (integrations/vllm's --rss case)."""
+    rep = load(path)
+    rss = rep["rss"]
+    out = ["| | peak RSS | anonymous at the end |", "|---|---:|---:|"]
+    for name, key in [(f"stock vLLM {rep['vllm']}", "stock"), ("with pleio-vllm", "pleio")]:
+        out.append(f"| {name} | {mib(rss[key]['rss']['VmHWM'])} | {mib(rss[key]['rss']['RssAnon'])} |")
+    saved = rss["stock"]["rss"]["VmHWM"] - rss["pleio"]["rss"]["VmHWM"]
+    out += ["", f"That is {mib(saved)} less, {saved * 1024 / rss['table_bytes']:.2f}x the table's bytes."]
+    return "\n".join(out)
+
+
 def load(path):
     return json.loads(Path(path).read_text())
 
@@ -115,9 +128,10 @@ def load(path):
 def made_by(path, rep):
     """The line under a table: the command, commit, date, duration and load of its report."""
     run, m = rep["run"], rep["machine"]
-    argv = list(run["argv"])
-    if argv and argv[0].endswith("/pleio"):
-        argv[0] = "pleio"
+    # a binary's path as the pages' commands name it
+    argv = ["pleio" if i == 0 and a.endswith("/pleio") else
+            "target/release/pleio" if a.endswith("/target/release/pleio") else a
+            for i, a in enumerate(run["argv"])]
     load = lambda l: f"{l[0]:.1f}" if l else "unknown"
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(run["started_unix"]))
     return (f"<sub>Made by `{shlex.join(argv)}` at commit {run['commit'][:10]}{'-dirty' if run['commit'].endswith('-dirty') else ''}, "
@@ -252,16 +266,16 @@ def arms(rep):
     return {(a["strategy"], a["rows"], a["cold"]): a for a in rep["arms"]}
 
 
-def gather_sentence(path, rows):
-    """One sentence for prose: `auto` against `fault` and the floor, cold, at ROWS rows."""
+def gather_sentence(path, rows, lead):
+    """A paragraph for prose, after LEAD: `auto` against `fault` and the floor, cold, at ROWS rows."""
     rep = load(path)
     a, rows = arms(rep), int(rows)
     auto, fault, lim = a[("auto", rows, True)], a[("fault", rows, True)], a[("limit", rows, True)]
-    return (f"a cold batch of {rows} rows takes {ms(auto['mean_us'])} with `auto` instead of "
+    return (f"{lead} a cold batch of {rows} rows takes {ms(auto['mean_us'])} with `auto` instead of "
             f"{ms(fault['mean_us'])} with the plain mapping ({fault['mean_us'] / auto['mean_us']:.1f}x "
             f"faster), {auto['ratio_to_limit']:.2f}x the device floor's {ms(lim['median_us'])} "
             f"(`{' '.join(['pleio'] + rep['run']['argv'][1:2])} ...` at {rep['run']['commit'][:7]}, "
-            f"report `{Path(path).as_posix()}`)")
+            f"report `{Path(path).as_posix()}`).")
 
 
 def cold_path(bench_path, targets_path):
@@ -332,7 +346,7 @@ def gather_dtype(path):
     return with_footer(path, "\n".join(out), rep)
 
 
-RENDERERS = {"torch": torch_table, "transformers-rss": transformers_rss, "bench": bench, "replay": replay,
+RENDERERS = {"torch": torch_table, "transformers-rss": transformers_rss, "vllm-rss": vllm_rss, "bench": bench, "replay": replay,
              "headline": headline, "demo-floors": demo, "cache-sim": cache_sim,
              "cache-policies": cache_policies, "cache-targets": cache_targets,
              "warm-coverage": warm_coverage, "bindings": bindings, "gather-sentence": gather_sentence,
