@@ -215,16 +215,22 @@ def mib_b(b):
     return f"{b / 2**20:.1f} MiB"
 
 
+def output_table(path, head, align, row):
+    """A table of a wrapped script's JSON lines (`output`), one row each, and its footer."""
+    rep = load(path)
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    out += ["| " + " | ".join(row(x)) + " |" for x in rep["output"]]
+    return with_footer(path, "\n".join(out), rep)
+
+
 def cache_policies(path):
     """scripts/cache_policies.sh's replays, one row per budget and policy."""
-    rep = load(path)
-    out = ["| budget | policy | prefill hit rate | misses | cold prefill tokens/s | decode tokens/s | "
-           "device bytes read | peak RSS | load at start |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for x in rep["output"]:
-        out.append(f"| {x['budget']} | {x['policy']} | {pct(x['hit_rate'])} | {x['misses']:,} | "
-                   f"{x['prefill_tokens_per_s']:,.0f} | {x['decode_tokens_per_s']:,.0f} | "
-                   f"{mib_b(x['read_bytes'])} | {x['peak_rss_bytes'] / 2**20:.0f} MiB | {x['load']} |")
-    return with_footer(path, "\n".join(out), rep)
+    return output_table(
+        path, ["budget", "policy", "prefill hit rate", "misses", "cold prefill tokens/s", "decode tokens/s",
+               "device bytes read", "peak RSS", "load at start"], ["---"] * 2 + ["---:"] * 7,
+        lambda x: [x["budget"], x["policy"], pct(x["hit_rate"]), f"{x['misses']:,}",
+                   f"{x['prefill_tokens_per_s']:,.0f}", f"{x['decode_tokens_per_s']:,.0f}",
+                   mib_b(x["read_bytes"]), f"{x['peak_rss_bytes'] / 2**20:.0f} MiB", str(x["load"])])
 
 
 def cache_targets(path):
@@ -233,14 +239,13 @@ def cache_targets(path):
 
 
 def warm_coverage(path):
-    rep = load(path)
-    out = ["| held out | budget | profile distinct rows | warm rows | held-out row ids covered | "
-           "held-out distinct rows covered | warm time, s |", "|---|---|---:|---:|---:|---:|---:|"]
-    for x in rep["output"]:
-        out.append(f"| {x['held_out']} | {x['budget']} | {x['profile_distinct_rows']:,} | {x['warm_rows']:,} | "
-                   f"{100 * x['held_out_coverage']:.1f}% | {100 * x['held_out_distinct_coverage']:.1f}% | "
-                   f"{x['seconds']:.2f} |")
-    return with_footer(path, "\n".join(out), rep)
+    """scripts/warm_coverage.sh's cases, one row per held-out part and budget."""
+    return output_table(
+        path, ["held out", "budget", "profile distinct rows", "warm rows", "held-out row ids covered",
+               "held-out distinct rows covered", "warm time, s"], ["---"] * 2 + ["---:"] * 5,
+        lambda x: [x["held_out"], x["budget"], f"{x['profile_distinct_rows']:,}", f"{x['warm_rows']:,}",
+                   f"{100 * x['held_out_coverage']:.1f}%", f"{100 * x['held_out_distinct_coverage']:.1f}%",
+                   f"{x['seconds']:.2f}"])
 
 
 def bindings(path):
