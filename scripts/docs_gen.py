@@ -132,6 +132,8 @@ def made_by(path, rep):
     argv = ["pleio" if i == 0 and a.endswith("/pleio") else
             "target/release/pleio" if a.endswith("/target/release/pleio") else a
             for i, a in enumerate(run["argv"])]
+    if argv and argv[0].endswith(".py"):
+        argv.insert(0, "python3")
     load = lambda l: f"{l[0]:.1f}" if l else "unknown"
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(run["started_unix"]))
     return (f"<sub>Made by `{shlex.join(argv)}` at commit {run['commit'][:10]}{'-dirty' if run['commit'].endswith('-dirty') else ''}, "
@@ -181,7 +183,7 @@ def headline(bench_path, replay_path):
         cells = [f"{runs[s][which]['prefill']['tokens_per_s']:,.0f}" if s in runs else "-" for s in cols]
         cells.append(f"{min(floors):,.0f}-{max(floors):,.0f}" if which == "cold" else "-")
         out.append(f"| corpus prefill, {which}, tokens/s | " + " | ".join(cells) + " |")
-    return "\n".join(out) + "\n\n" + made_by(bench_path, b) + "\n" + made_by(replay_path, r)
+    return "\n".join(out) + "\n\n" + made_by(bench_path, b) + "\n\n" + made_by(replay_path, r)
 
 
 def pct(x):
@@ -200,15 +202,16 @@ def cache_sim(*paths):
         by = [{x["policy"]: x for x in r["output"]["results"] if x["budget_bytes"] == b} for r in reps]
         cells = []
         for rb in by:
-            best = max(x["hit_rate"] for x in rb.values())
-            cells += [f"**{pct(rb[p]['hit_rate'])}**" if rb[p]["hit_rate"] == best and
-                      any(x["hit_rate"] != best for x in rb.values()) else pct(rb[p]["hit_rate"]) for p in policies]
+            shown = {p: pct(rb[p]["hit_rate"]) for p in policies}
+            best = pct(max(x["hit_rate"] for x in rb.values()))
+            tie = len(set(shown.values())) == 1
+            cells += [f"**{s}**" if s == best and not tie else s for s in shown.values()]
         cap = " / ".join(f"{by[0][p]['capacity_rows']:,}" for p in policies)
         out.append(f"| {b / 2**20:,.0f} MiB | {cap} | " + " | ".join(cells) + " |")
     lines = [f"Stream {i + 1}: {r['output']['tokens']:,} tokens, {r['output']['gathers']} gathers, "
              f"{r['output']['row_ids']:,} row ids, {r['output']['distinct_rows']:,} distinct rows."
              for i, r in enumerate(reps)]
-    return "\n".join(out) + "\n\n" + " ".join(lines) + "\n\n" + "\n".join(made_by(p, r) for p, r in zip(paths, reps))
+    return "\n".join(out) + "\n\n" + " ".join(lines) + "\n\n" + "\n\n".join(made_by(p, r) for p, r in zip(paths, reps))
 
 
 def mib_b(b):
@@ -301,7 +304,7 @@ def cold_path(bench_path, targets_path):
         c, w = a[(s, 1792, True)], a[(s, 1792, False)]
         out.append(f"| `{s}` | {how[s]} | {ms(c['mean_us'])} | {c['mean_us'] / lim:.2f}x | {ms(w['mean_us'])} | "
                    f"{w['mean_us'] / fault_warm:.1f}x | {f'{cold[s]:,.0f}' if s in cold else '-'} |")
-    return ("\n".join(out) + "\n\n" + made_by(bench_path, b) + "\n" + made_by(targets_path, tg))
+    return "\n".join(out) + "\n\n" + made_by(bench_path, b) + "\n\n" + made_by(targets_path, tg)
 
 
 SUMMARY = re.compile(r"^\s*(?P<name>\S+): (?:\d+ rows x\s*(?P<elems>\d+) in )?\s*(?P<ms>[\d.]+) ms = "
@@ -324,7 +327,7 @@ def decode(path):
             continue
         sc = lines.get(name + "/scalar")
         out.append(f"| {name} ({m['elems']}) | {m['ms']} ms | {m['mrows']} M | {m['gout']} | "
-                   f"{sc['ms'] + ' ms' if sc else '(same kernel)'} |")
+                   f"{sc['ms'] + ' ms' if sc else '(scalar only)'} |")
     return with_footer(path, "\n".join(out), rep)
 
 
