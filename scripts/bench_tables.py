@@ -24,18 +24,19 @@ def fmt_us(us):
 
 
 def table(report):
+    """The Markdown of one report: a heading line, then the table."""
     t = report["table"]
     fl = report["floor"]
-    print(f"**{t['name']}**, {t['type']}, {t['rows']:,} rows of {t['row_bytes']} B "
-          f"({t['bytes'] / 2**30:.2f} GiB), {report['batches']} batches per arm, "
-          f"cold mode `{report['cold_mode']}`, floor at queue depth {fl['queue_depth']}. "
-          "Times in ms unless marked.\n")
+    out = [f"**{t['name']}**, {t['type']}, {t['rows']:,} rows of {t['row_bytes']} B "
+           f"({t['bytes'] / 2**30:.2f} GiB), {report['batches']} batches per arm, "
+           f"cold mode `{report['cold_mode']}`, floor at queue depth {fl['queue_depth']}. "
+           "Times in ms unless marked.", ""]
     arms = report["arms"]
     present = [s for s in ORDER if any(a["strategy"] == s for a in arms)]
     head = ["rows", "cold/warm"] + [f"{s} (median)" if s == "limit" else s for s in present]
     head += ["auto vs fault", "auto vs limit", "lowest vs limit"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
+    out.append("| " + " | ".join(head) + " |")
+    out.append("|" + "---|" * len(head))
     keys = sorted({(a["rows"], not a["cold"]) for a in arms})
     for rows, warm in keys:
         by = {a["strategy"]: a for a in arms if a["rows"] == rows and a["cold"] != warm}
@@ -52,10 +53,10 @@ def table(report):
         else:
             low = [(a["ratio_to_limit"], s) for s, a in by.items()
                    if s not in ("limit", "qd1-page") and a.get("ratio_to_limit") is not None]
-            r, s = min(low)
-            cells.append(f"{r:.2f}x ({s})")
-        print("| " + " | ".join(cells) + " |")
-    print()
+            r, s = min(low) if low else (None, None)
+            cells.append(f"{r:.2f}x ({s})" if low else "-")
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 def main():
@@ -63,7 +64,8 @@ def main():
         sys.exit(__doc__)
     for path in sys.argv[1:]:
         with open(path) as f:
-            table(json.load(f))
+            print(table(json.load(f)))
+            print()
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ Builds (release) pleio-cli, pleio-capi and the Rust harness
 (crates/pleio-capi/bench/gather_overhead.c) with the system C compiler.
 Without --table it writes (once) a 16M-row qwen4exp IQ4_NL table
 (1.41 GiB) into the cache directory. Prints each figure and ratio, and
---json OUT writes them. Exits 0 whether or not targets are met: it
+--json OUT writes them, with the command line, commit, machine and load
+average (scripts/reportmeta.py; `scripts/docs_gen.py bindings OUT`
+renders the table of docs/c.md from it). Exits 0 whether or not targets are met: it
 measures, it does not test.
 """
 
@@ -46,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 import pleio
+import reportmeta
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -231,6 +234,7 @@ def main():
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     parts = set(args.parts.split(","))
+    state = reportmeta.start()
 
     cli, rust_exe, c_exe = build()
     table = args.table
@@ -253,6 +257,7 @@ def main():
     if "cold" in parts:
         cold_part(res, table, cli, args)
     if args.json:
+        res.update(reportmeta.stamp(state))
         args.json.write_text(json.dumps(res, indent=2))
 
 

@@ -2,14 +2,14 @@
 # Prewarm coverage (issue 13): for each part of the bundled corpus (chat,
 # code, docs, licenses), prewarm the row cache from the rest of the corpus
 # and report how much of the held-out part's rows the warm set covers, at
-# each budget. One `pleio warm --strategy cached --json` per case; prints a
-# Markdown table.
-#   scripts/warm_coverage.sh PLEIO TABLE ["16M 64M 256M"]
+# each budget. One `pleio warm --strategy cached --json` per case; prints
+# one JSON line per case, which `scripts/docs_gen.py warm-coverage` makes a
+# Markdown table of (docs/cache.md keeps the run's report):
+#   python3 scripts/reportmeta.py --out docs/reports/warm-coverage.json -- \
+#     scripts/warm_coverage.sh PLEIO TABLE ["16M 64M 256M"]
 set -eu
 pleio=$1 table=$2 budgets=${3:-"16M 64M 256M"}
 root=$(cd "$(dirname "$0")/.." && pwd)
-echo "| held out | budget | profile distinct rows | warm rows | held-out row ids covered | held-out distinct rows covered | warm time, s |"
-echo "|---|---|---:|---:|---:|---:|---:|"
 for part in chat code docs licenses; do
   profile=""
   for other in chat code docs licenses; do
@@ -25,8 +25,8 @@ for part in chat code docs licenses; do
 import json, sys
 part, b = sys.argv[1:3]
 j = json.load(sys.stdin)
-print("| %s | %s | %d | %d | %.1f%% | %.1f%% | %.2f |" % (part, b, j["profile_distinct_rows"],
-      j["warm_rows"], 100 * j["held_out_coverage"], 100 * j["held_out_distinct_coverage"], j["seconds"]))
+keep = ["profile_distinct_rows", "warm_rows", "held_out_coverage", "held_out_distinct_coverage", "seconds"]
+print(json.dumps({"held_out": part, "budget": b, **{k: j[k] for k in keep}}))
 ' "$part" "$b"
   done
 done

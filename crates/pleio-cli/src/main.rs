@@ -43,6 +43,7 @@ enum Command {
 }
 
 fn main() {
+    report::mark_start();
     let cli = Cli::parse();
     // A reader that stops early (`pleio inspect f.gguf | head -1`) closes
     // the pipe: pleio then exits quietly with the status a shell shows for

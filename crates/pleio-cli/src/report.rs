@@ -11,12 +11,15 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use pleio::Layout;
 use pleio_lab::bench::Machine;
 use pleio_lab::cgroup::{CgroupVersion, MemCap, MemUsage};
 use pleio_lab::floor::{DepthSweep, PhaseFloor, Timing};
+use pleio_lab::os::load_average;
 use serde_json::{json, Value as Json};
 
 use crate::output::human_bytes;
@@ -32,6 +35,7 @@ pub fn envelope(command: &str, machine: &Machine, file: &Path, t: &Layout) -> Js
     json!({
         "schema": SCHEMA,
         "command": command,
+        "run": run_json(),
         "machine": {
             "cpu": machine.cpu,
             "cpus": machine.cpus,
@@ -49,6 +53,37 @@ pub fn envelope(command: &str, machine: &Machine, file: &Path, t: &Layout) -> Js
             "bytes": t.bytes(),
             "offset": t.offset(),
         },
+    })
+}
+
+/// When this process started and the load average then (see [`mark_start`]).
+static START: OnceLock<(SystemTime, Instant, Option<[f64; 3]>)> = OnceLock::new();
+
+/// Notes the start time and load average; `main` calls it first, so a
+/// report's `run.load_start` is the load before the work began.
+pub fn mark_start() {
+    START.get_or_init(|| (SystemTime::now(), Instant::now(), load_average()));
+}
+
+/// `{"argv", "commit", "started_unix", "seconds", "load_start", "load_end"}`:
+/// the command line, the commit the binary was built from (`-dirty` when
+/// it had uncommitted changes), when it started (Unix seconds), how long it
+/// had run when the report was written, and the 1/5/15-minute load
+/// averages at start and at that moment.
+pub fn run_json() -> Json {
+    mark_start();
+    let (started, t0, load_start) =
+        START
+            .get()
+            .copied()
+            .unwrap_or((SystemTime::now(), Instant::now(), None));
+    json!({
+        "argv": std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>(),
+        "commit": env!("PLEIO_GIT_COMMIT"),
+        "started_unix": started.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        "seconds": t0.elapsed().as_secs_f64(),
+        "load_start": load_start,
+        "load_end": load_average(),
     })
 }
 

@@ -42,6 +42,20 @@ fn bench_writes_every_arm_as_json() {
     assert!(v["machine"]["kernel"].is_string());
     assert_eq!(v["schema"], "pleio-report/1");
     assert_eq!(v["command"], "bench");
+    // what made the report: its command line, commit, time and load
+    let run = &v["run"];
+    assert_eq!(run["argv"][1], "bench", "{run}");
+    assert_eq!(run["argv"][2], p(&f), "{run}");
+    assert!(!run["commit"].as_str().unwrap().is_empty(), "{run}");
+    assert!(
+        run["started_unix"].as_u64().unwrap() > 1_600_000_000,
+        "{run}"
+    );
+    assert!(run["seconds"].as_f64().unwrap() > 0.0, "{run}");
+    for k in ["load_start", "load_end"] {
+        // three averages where /proc/loadavg exists (every Linux)
+        assert_eq!(run[k].as_array().map(|a| a.len()), Some(3), "{run}");
+    }
     assert_eq!(v["file"]["path"], p(&f));
     assert_eq!(
         v["file"]["bytes"].as_u64().unwrap(),

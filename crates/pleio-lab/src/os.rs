@@ -78,6 +78,14 @@ pub fn machine() -> (String, u64, String) {
     (cpu, mem, kernel)
 }
 
+/// The 1-, 5- and 15-minute load averages (`/proc/loadavg`), to say in a
+/// report how busy the machine was.
+pub fn load_average() -> Option<[f64; 3]> {
+    let text = proc_text("/proc/loadavg")?;
+    let mut it = text.split_whitespace().map(|v| v.parse::<f64>().ok());
+    Some([it.next()??, it.next()??, it.next()??])
+}
+
 /// The texts of `/proc/self/mountinfo` and `/proc/self/cgroup` (empty
 /// where there are none), for locating this process's memory cgroup.
 pub fn cgroup_texts() -> (String, String) {

@@ -81,6 +81,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     if a.json {
         let j = json!({
+            "run": crate::report::run_json(),
             "tokens": tokens.len(),
             "gathers": gathers.len(),
             "row_ids": plan.rows.len(),

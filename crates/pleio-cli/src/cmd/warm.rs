@@ -142,6 +142,7 @@ pub fn run(a: Args) -> Result<()> {
     let secs = rep.elapsed.as_secs_f64();
     if a.json {
         let j = json!({
+            "run": crate::report::run_json(),
             "file": a.file.display().to_string(),
             "strategy": a.strategy.name(),
             "target": rep.target,
