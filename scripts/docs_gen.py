@@ -6,6 +6,8 @@ reports in docs/reports, so no figure there is typed by hand.
     python3 scripts/docs_gen.py torch REPORT  # the torch-path table of docs/python.md
     python3 scripts/docs_gen.py transformers REPORT...  # checks passed per version
     python3 scripts/docs_gen.py transformers-rss REPORT # from_pretrained's peak memory
+    python3 scripts/docs_gen.py engine-checks REPORT... # checks passed per engine report
+    python3 scripts/docs_gen.py engine-rss REPORT       # an engine check's peak memory, stock against pleio
 
 A generated block in a page of docs/ is
 
@@ -85,7 +87,33 @@ def transformers_rss(path):
             f"table's {rss['table_bytes'] / 2**20:,.0f} MiB.")
 
 
-RENDERERS = {"torch": torch_table, "transformers-rss": transformers_rss}
+def engine_checks(paths):
+    """Checks passed per engine report (integrations/{vllm,sglang,mlx}/check.sh --json)."""
+    parts = []
+    for p in paths:
+        rep = json.loads(Path(p).read_text())
+        ok = sum(1 for r in rep["results"] if r["ok"])
+        failed = len(rep["results"]) - ok
+        engine = next(f"{k} {rep[k]}" for k in ("vllm", "sglang", "mlx_vlm") if k in rep)
+        part = f"{ok} checks with {engine.replace('_', '-')} ({rep['seconds']:.0f} s)"
+        parts.append(part + (f", {failed} FAILED: " + "; ".join(r["check"] for r in rep["results"] if not r["ok"])
+                             if failed else ""))
+    return "passed " + " and ".join(parts) + "."
+
+
+def engine_rss(path):
+    """Peak RSS of an engine check's --rss run, stock against pleio."""
+    rss = json.loads(Path(path).read_text())["rss"]
+    stock, ple = rss["stock"]["rss"], rss["pleio"]["rss"]
+    saved_kib = stock["VmHWM"] - ple["VmHWM"]
+    return (f"| | peak RSS (VmHWM) | anonymous at the end |\n|---|---:|---:|\n"
+            f"| stock | {mib(stock['VmHWM'])} | {mib(stock['RssAnon'])} |\n"
+            f"| with pleio | {mib(ple['VmHWM'])} | {mib(ple['RssAnon'])} |\n\n"
+            f"{mib(saved_kib)} less, {saved_kib * 1024 / rss['table_bytes']:.2f}x the table's "
+            f"{rss['table_bytes']:,} bytes ({rss['table_bytes'] / 2**30:.2f} GiB).")
+
+
+RENDERERS = {"torch": torch_table, "transformers-rss": transformers_rss, "engine-rss": engine_rss}
 
 
 def run(cmd):
@@ -130,6 +158,9 @@ def main():
         return regenerate(check=args == ["--check"])
     if args[0] == "transformers" and len(args) > 1:
         print(transformers_checks(args[1:]))
+        return 0
+    if args[0] == "engine-checks" and len(args) > 1:
+        print(engine_checks(args[1:]))
         return 0
     if args[0] in RENDERERS and len(args) == 2:
         print(RENDERERS[args[0]](args[1]))

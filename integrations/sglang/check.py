@@ -122,6 +122,8 @@ def build(model: str, offload: bool, table_dir: str):
             self.language_model_only = True
             self.pp_group = type("PP", (), {"is_first_rank": True, "is_last_rank": True})()
 
+    # The stock loader's own PLE buffer loading.
+    Holder._load_qwen4_exp_ple_buffer = q.Qwen4ExpForConditionalGeneration._load_qwen4_exp_ple_buffer
     holder = Holder()
     files = sorted(os.path.join(model, f) for f in os.listdir(model) if f.endswith(".safetensors"))
     weights = ((n, w) for n, w in loader.safetensors_weights_iterator(files) if ".ple.ple_embedding." in n)
@@ -314,6 +316,21 @@ def config_checks() -> None:
             record(f"configuration refused: {name}", str(e).startswith("pleio:"), str(e))
 
 
+def scale_shape_1(path: str) -> None:
+    """The FP8 checkpoint's ``weight_scale`` tensors of shape [] as [1]:
+    SGLang 0.5.23's loader accepts only its buffer's shape (1,)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    f = os.path.join(path, "model.safetensors")
+    sd = load_file(f)
+    for k, v in sd.items():
+        if k.endswith("ngram_embedding.weight_scale") and v.dim() == 0:
+            sd[k] = v.reshape(1)
+    save_file(sd, f, metadata={"format": "pt"})
+    del torch
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd")
@@ -350,11 +367,12 @@ def main() -> int:
     report: dict = {"sglang": sglang.__version__, "torch": torch.__version__}
 
     bf16 = os.path.join(work, "bf16")
-    cl.write_model(tf, bf16, seed=1, ple_layer_ids=(1, 3))
+    cl.write_model(tf, bf16, seed=1, ple_layer_ids=(1, 2))
     models = {"BF16": bf16}
     for sdt, name in ((torch.bfloat16, "FP8, bf16 scale"), (torch.float32, "FP8, f32 scale")):
         path = os.path.join(work, name.replace(", ", "-").replace(" ", "-"))
         tf.to_fp8(bf16, path, sdt)
+        scale_shape_1(path)
         models[name] = path
     paths = list(models.values())
     outs = {}
@@ -375,9 +393,9 @@ def main() -> int:
                f"{outs['pleio']['_meta']['skipped_shards']} shard tensors (last model)")
 
     other = os.path.join(work, "other-geometry")
-    cl.write_model(tf, other, seed=2, base=3001, ple_layer_ids=(1, 3))
+    cl.write_model(tf, other, seed=2, base=3001, ple_layer_ids=(1, 2))
     reseeded = os.path.join(work, "other-hash-seed")
-    cl.write_model(tf, reseeded, seed=1, hash_seed=99, ple_layer_ids=(1, 3))
+    cl.write_model(tf, reseeded, seed=1, hash_seed=99, ple_layer_ids=(1, 2))
     one_layer = os.path.join(work, "one-ple-layer")
     cl.write_model(tf, one_layer, seed=1, ple_layer_ids=(1,))
     expect_errors(bf16, [

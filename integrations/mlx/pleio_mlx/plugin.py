@@ -31,7 +31,6 @@ __all__ = ["ConfigError", "PleioNGramEmbedding", "Settings", "load", "patch", "s
 
 TESTED = "0.7.10"
 _PATCHED = False
-_BUILDING = threading.local()
 
 
 class PleioNGramEmbedding:
@@ -143,12 +142,7 @@ def patch() -> None:
     ngram = language.Qwen4ExpNGramEmbedding
     orig_init = ngram.__init__
     orig_reader = ple_storage.QuantizedMMapNGramEmbedding
-
-    def reader(manifest, *args, **kwargs):
-        served = getattr(_BUILDING, "served", None)
-        if served is None:
-            return orig_reader(manifest, *args, **kwargs)
-        return served
+    lock = threading.Lock()
 
     def __init__(self, config, embedding_dim, layer_idx, ple_layer_index):
         storage = config.ple_storage
@@ -158,20 +152,22 @@ def patch() -> None:
         prefix = f"language_model.model.layers.{layer_idx}.ple.ple_embedding.ngram_embedding"
         table = open_layer(s, int(ple_layer_index), prefix)
         what = describe(s, table)
-        _BUILDING.served = PleioNGramEmbedding(table)
-        # mlx-vlm's external-storage path, with pleio as the reader.
+        served = PleioNGramEmbedding(table)
+        # mlx-vlm's external-storage path, with pleio as the reader (only
+        # while this module is built).
         config.ple_storage = {"manifest": s.path}
-        try:
-            orig_init(self, config, embedding_dim, layer_idx, ple_layer_index)
-        except ValueError as e:
-            raise ConfigError(f"{what} does not match the model's {prefix}: {e}") from e
-        finally:
-            config.ple_storage = storage
-            _BUILDING.served = None
+        with lock:
+            ple_storage.QuantizedMMapNGramEmbedding = lambda *_a, **_k: served
+            try:
+                orig_init(self, config, embedding_dim, layer_idx, ple_layer_index)
+            except ValueError as e:
+                raise ConfigError(f"{what} does not match the model's {prefix}: {e}") from e
+            finally:
+                config.ple_storage = storage
+                ple_storage.QuantizedMMapNGramEmbedding = orig_reader
         _check_row_ids(self, table, what, prefix)
 
     utils.load_config = load_config
-    ple_storage.QuantizedMMapNGramEmbedding = reader
     ngram.__init__ = __init__
     _PATCHED = True
 
