@@ -98,3 +98,65 @@ def write_model(tf, path: str, seed: int, base: int = 4001, parts: int = 4, hash
     cfg.layer_types = ["linear_attention"] * cfg.num_hidden_layers
     cfg.output_gate_type = "silu"  # vLLM reads it; transformers' default (None) means hidden_act, silu
     tf.write_model(path, cfg, seed=seed)
+
+
+def work_dir(work: str | None, prefix: str):
+    """``work`` (made if missing), or a temporary directory; the second
+    value is the TemporaryDirectory to clean up, or None."""
+    import tempfile
+
+    tmp = None
+    if work is None:
+        tmp = tempfile.TemporaryDirectory(prefix=prefix)
+        work = tmp.name
+    os.makedirs(work, exist_ok=True)
+    return work, tmp
+
+
+def write_models(tf, work: str, post=None, **kw) -> dict:
+    """The BF16 model (seed 1) and its FP8 conversions, one with a bf16
+    scale, one with an f32 scale: name -> path. ``post(path)`` is applied
+    to each FP8 checkpoint; ``kw`` goes to :func:`write_model`."""
+    import torch
+
+    bf16 = os.path.join(work, "bf16")
+    write_model(tf, bf16, seed=1, **kw)
+    models = {"BF16": bf16}
+    for sdt, name in ((torch.bfloat16, "FP8, bf16 scale"), (torch.float32, "FP8, f32 scale")):
+        path = os.path.join(work, name.replace(", ", "-").replace(" ", "-"))
+        tf.to_fp8(bf16, path, sdt)
+        if post is not None:
+            post(path)
+        models[name] = path
+    return models
+
+
+def rss_compare(tf, work: str, what: str, run) -> dict:
+    """Peak RSS (VmHWM), stock against pleio, on a tiny model whose bf16
+    table is over 1 GiB (written here), the checkpoint evicted before each
+    run. ``run(mode, path)`` runs one side ("stock", "pleio") in a fresh
+    process and returns its ``{"rss": peak_rss_kib(), ...}``, or an error
+    string. Records whether pleio saves at least 0.8x the table's bytes."""
+    import pleio
+
+    path = os.path.join(work, "rss-model")
+    write_model(tf, path, seed=3, base=220_000, parts=8)
+    t = pleio.open(path)
+    table = t.rows * t.row_bytes
+    out = {"table_bytes": table}
+    for mode in ("stock", "pleio"):
+        evict(path)
+        got = run(mode, path)
+        if isinstance(got, str):
+            record(f"peak RSS, {mode}", False, got[-600:])
+            return out
+        out[mode] = got
+    saved = (out["stock"]["rss"]["VmHWM"] - out["pleio"]["rss"]["VmHWM"]) * 1024
+    out["saved_bytes"] = saved
+    record(
+        f"peak RSS of {what}: pleio against stock",
+        table >= 2**30 and saved >= 0.8 * table,
+        f"stock {out['stock']['rss']['VmHWM'] / 1024:.0f} MiB, pleio {out['pleio']['rss']['VmHWM'] / 1024:.0f} MiB: "
+        f"{saved / 2**20:.0f} MiB less, {saved / table:.2f}x the table's {table / 2**20:.0f} MiB",
+    )
+    return out

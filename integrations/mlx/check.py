@@ -30,8 +30,8 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
+from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -211,6 +211,26 @@ def expect_errors(path: str, hf_cfg: dict, cases, work: str) -> None:
                err is not None and want in err and "pleio" in err, (err or "no error")[-300:])
 
 
+def config_checks(model: str) -> None:
+    """How the configuration is read: config.json's before the environment,
+    a relative path is the model directory's, refusals."""
+    from pleio_mlx.plugin import ConfigError, Settings, _configure, settings_from
+
+    env = {"PLEIO_MLX_PATH": "/env", "PLEIO_MLX_STRATEGY": "pread", "PLEIO_MLX_BUDGET": "64M"}
+    record("configuration: inert without one", settings_from(None, {}) is None and settings_from({}, {}) is None)
+    record("configuration: the environment", settings_from(None, env) == Settings("/env", "pread", 64 << 20))
+    record("configuration: config.json before the environment",
+           settings_from({"pleio": {"path": "/cfg"}}, env) == Settings("/cfg"))
+    got = _configure({"model_type": "qwen4_exp", "text_config": {"ple_storage": {"pleio": {"path": "."}}}}, model)
+    record("configuration: a relative path is the model directory's",
+           got["text_config"]["ple_storage"]["pleio"]["path"] == str(Path(model) / "."), str(got["text_config"]))
+    try:
+        _configure({"model_type": "qwen4_exp", "text_config": {"ple_storage": {"manifest": "m", "pleio": "/p"}}}, model)
+        record("configuration refused: a manifest and pleio", False, "accepted")
+    except ConfigError as e:
+        record("configuration refused: a manifest and pleio", str(e).startswith("pleio:"), str(e))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work")
@@ -224,15 +244,12 @@ def main() -> int:
 
     print(f"mlx {mx.__version__}, mlx-vlm {mlx_vlm.__version__}, pleio {pleio.__version__}", flush=True)
     patch()
-    tmp = None
-    work = a.work
-    if work is None:
-        tmp = tempfile.TemporaryDirectory(prefix="pleio-mlx-")
-        work = tmp.name
+    work, tmp = cl.work_dir(a.work, "pleio-mlx-")
     t0 = time.time()
     tf = cl.tf_helpers()
     report: dict = {"mlx": mx.__version__, "mlx_vlm": mlx_vlm.__version__}
     models, hf_cfg = write_mlx(tf, work)
+    config_checks(models["BF16"])
     for name, path in models.items():
         try:
             check_model(name, path, hf_cfg, work)

@@ -39,7 +39,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -355,25 +354,14 @@ def main() -> int:
     import pleio
 
     print(f"sglang {sglang.__version__}, torch {torch.__version__}, pleio {pleio.__version__}", flush=True)
-    tmp = None
-    work = a.work
-    if work is None:
-        tmp = tempfile.TemporaryDirectory(prefix="pleio-sglang-")
-        work = tmp.name
-    os.makedirs(work, exist_ok=True)
+    work, tmp = cl.work_dir(a.work, "pleio-sglang-")
     t0 = time.time()
     config_checks()
     tf = cl.tf_helpers()
     report: dict = {"sglang": sglang.__version__, "torch": torch.__version__}
 
-    bf16 = os.path.join(work, "bf16")
-    cl.write_model(tf, bf16, seed=1, ple_layer_ids=(1, 2))
-    models = {"BF16": bf16}
-    for sdt, name in ((torch.bfloat16, "FP8, bf16 scale"), (torch.float32, "FP8, f32 scale")):
-        path = os.path.join(work, name.replace(", ", "-").replace(" ", "-"))
-        tf.to_fp8(bf16, path, sdt)
-        scale_shape_1(path)
-        models[name] = path
+    models = cl.write_models(tf, work, post=scale_shape_1, ple_layer_ids=(1, 2))
+    bf16 = models["BF16"]
     paths = list(models.values())
     outs = {}
     for mode, kw in (("stock", {}), ("stock, no offload", {"offload": False}), ("pleio", {"plugin": "self"})):
@@ -421,38 +409,24 @@ def main() -> int:
 
 
 def peak_rss(tf, work: str) -> dict:
-    """Peak RSS (VmHWM) of the build and load, stock (file-backed host
+    """Peak RSS (VmHWM) of the build and load, stock (the file-backed host
     table) and with the plugin, on a model whose bf16 table is over 1 GiB,
     the checkpoint evicted before each run."""
     import torch
 
-    import pleio
-
-    path = os.path.join(work, "rss-model")
-    cl.write_model(tf, path, seed=3, base=220_000, parts=8)
-    t = pleio.open(path)
-    table = t.rows * t.row_bytes
-    out = {"table_bytes": table}
-    for mode, plugin in (("stock", None), ("pleio", path)):
-        cl.evict(path)
+    def run(mode: str, path: str):
         res = os.path.join(work, f"rss-{mode}.pt")
-        done = run_child([path], res, work, plugin=plugin)
+        done = run_child([path], res, work, plugin=None if mode == "stock" else path)
+        files = os.path.join(work, "ple-files")
+        for f in os.listdir(files) if os.path.isdir(files) else ():
+            os.remove(os.path.join(files, f))  # stock's file-backed table
         if done.returncode != 0:
-            record(f"peak RSS, {mode}", False, done.stderr.strip()[-600:])
-            return out
-        out[mode] = torch.load(res, weights_only=False)["_meta"]
+            return done.stderr.strip()
+        got = torch.load(res, weights_only=False)["_meta"]
         os.remove(res)
-        for f in os.listdir(os.path.join(work, "ple-files")) if os.path.isdir(os.path.join(work, "ple-files")) else ():
-            os.remove(os.path.join(work, "ple-files", f))
-    saved = (out["stock"]["rss"]["VmHWM"] - out["pleio"]["rss"]["VmHWM"]) * 1024
-    out["saved_bytes"] = saved
-    record(
-        "peak RSS of the SGLang module build and load on CPU: pleio against stock",
-        table >= 2**30 and saved >= 0.8 * table,
-        f"stock {out['stock']['rss']['VmHWM'] / 1024:.0f} MiB, pleio {out['pleio']['rss']['VmHWM'] / 1024:.0f} MiB: "
-        f"{saved / 2**20:.0f} MiB less, {saved / table:.2f}x the table's {table / 2**20:.0f} MiB",
-    )
-    return out
+        return got
+
+    return cl.rss_compare(tf, work, "the SGLang module build and load on CPU", run)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -289,24 +288,14 @@ def main() -> int:
     import pleio
 
     print(f"vllm {vllm.__version__}, torch {torch.__version__}, pleio {pleio.__version__}", flush=True)
-    tmp = None
-    work = a.work
-    if work is None:
-        tmp = tempfile.TemporaryDirectory(prefix="pleio-vllm-")
-        work = tmp.name
-    os.makedirs(work, exist_ok=True)
+    work, tmp = cl.work_dir(a.work, "pleio-vllm-")
     t0 = time.time()
     config_checks()
     tf = tf_helpers()
     report: dict = {"vllm": vllm.__version__, "torch": torch.__version__}
 
-    bf16 = os.path.join(work, "bf16")
-    write_model(tf, bf16, seed=1)
-    models = {"BF16": bf16}
-    for sdt, name in ((torch.bfloat16, "FP8, bf16 scale"), (torch.float32, "FP8, f32 scale")):
-        path = os.path.join(work, name.replace(", ", "-").replace(" ", "-"))
-        tf.to_fp8(bf16, path, sdt)
-        models[name] = path
+    models = cl.write_models(tf, work)
+    bf16 = models["BF16"]
     for name, path in models.items():
         outs = {}
         for mode, cfg in (("stock", None), ("pleio", {"path": path, "strategy": "auto"})):
@@ -350,32 +339,16 @@ def main() -> int:
 def peak_rss(tf, work: str) -> dict:
     """Peak RSS (VmHWM) of the engine, stock and with the plugin, on a model
     whose bf16 table is over 1 GiB, the checkpoint evicted before each run."""
-    path = os.path.join(work, "rss-model")
-    write_model(tf, path, seed=3, base=220_000, parts=8)
-    import pleio
+    import torch
 
-    t = pleio.open(path)
-    table = t.rows * t.row_bytes
-    out = {"table_bytes": table}
-    for mode, cfg in (("stock", None), ("pleio", {"path": path})):
-        cl.evict(path)
+    def run(mode: str, path: str):
         res = os.path.join(work, f"rss-{mode}.pt")
-        done = run_child(path, res, cfg)
+        done = run_child(path, res, None if mode == "stock" else {"path": path})
         if done.returncode != 0:
-            record(f"peak RSS, {mode}", False, done.stderr.strip()[-600:])
-            return out
-        import torch
+            return done.stderr.strip()
+        return torch.load(res, weights_only=False)["_meta"]
 
-        out[mode] = torch.load(res, weights_only=False)["_meta"]
-    saved = (out["stock"]["rss"]["VmHWM"] - out["pleio"]["rss"]["VmHWM"]) * 1024
-    out["saved_bytes"] = saved
-    record(
-        "peak RSS of the vLLM engine on CPU: pleio against stock",
-        table >= 2**30 and saved >= 0.8 * table,
-        f"stock {out['stock']['rss']['VmHWM'] / 1024:.0f} MiB, pleio {out['pleio']['rss']['VmHWM'] / 1024:.0f} MiB: "
-        f"{saved / 2**20:.0f} MiB less, {saved / table:.2f}x the table's {table / 2**20:.0f} MiB",
-    )
-    return out
+    return cl.rss_compare(tf, work, "the vLLM engine on CPU", run)
 
 
 if __name__ == "__main__":
