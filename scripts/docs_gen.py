@@ -23,6 +23,8 @@ reports in docs/reports, so no figure there is typed by hand.
     python3 scripts/docs_gen.py gather-sentence REPORT ROWS LEAD  # a paragraph: auto vs fault vs the floor
     python3 scripts/docs_gen.py cold-path BENCH TARGETS      # docs/strategies.md's cold-path table
     python3 scripts/docs_gen.py decode|ckpt-decode|gather-dtype REPORT  # cargo bench summaries
+    python3 scripts/docs_gen.py engine-checks REPORT... # checks passed per engine report
+    python3 scripts/docs_gen.py engine-rss REPORT       # an engine check's peak memory, stock against pleio
 
 A generated block in a page of docs/ is
 
@@ -484,13 +486,40 @@ def gather_dtype(path):
     return with_footer(path, "\n".join(out), rep)
 
 
+def engine_checks(paths):
+    """Checks passed per engine report (integrations/{vllm,sglang,mlx}/check.sh --json)."""
+    parts = []
+    for p in paths:
+        rep = json.loads(Path(p).read_text())
+        ok = sum(1 for r in rep["results"] if r["ok"])
+        failed = len(rep["results"]) - ok
+        engine = next(f"{k} {rep[k]}" for k in ("vllm", "sglang", "mlx_vlm") if k in rep)
+        part = f"{ok} checks with {engine.replace('_', '-')} ({rep['seconds']:.0f} s)"
+        parts.append(part + (f", {failed} FAILED: " + "; ".join(r["check"] for r in rep["results"] if not r["ok"])
+                             if failed else ""))
+    return "passed " + " and ".join(parts) + "."
+
+
+def engine_rss(path):
+    """Peak RSS of an engine check's --rss run, stock against pleio."""
+    rss = json.loads(Path(path).read_text())["rss"]
+    stock, ple = rss["stock"]["rss"], rss["pleio"]["rss"]
+    saved_kib = stock["VmHWM"] - ple["VmHWM"]
+    return (f"| | peak RSS (VmHWM) | anonymous at the end |\n|---|---:|---:|\n"
+            f"| stock | {mib(stock['VmHWM'])} | {mib(stock['RssAnon'])} |\n"
+            f"| with pleio | {mib(ple['VmHWM'])} | {mib(ple['RssAnon'])} |\n\n"
+            f"{mib(saved_kib)} less, {saved_kib * 1024 / rss['table_bytes']:.2f}x the table's "
+            f"{rss['table_bytes']:,} bytes ({rss['table_bytes'] / 2**30:.2f} GiB).")
+
+
 RENDERERS = {"torch": torch_table, "transformers-rss": transformers_rss, "vllm-rss": vllm_rss, "bench": bench, "replay": replay,
              "headline": headline, "demo-floors": demo, "cache-sim": cache_sim,
              "cache-policies": cache_policies, "cache-targets": cache_targets,
              "warm-coverage": warm_coverage, "bindings": bindings, "gather-sentence": gather_sentence,
              "cold-path": cold_path, "decode": decode, "ckpt-decode": ckpt_decode, "gather-dtype": gather_dtype,
              "rivals": rivals_table, "rivals-setup": rivals_setup, "rivals-probes": rivals_probes,
-             "rivals-rowids": rivals_rowids, "rivals-formats": lambda path: rivals_probes(path, "formats")}
+             "rivals-rowids": rivals_rowids, "rivals-formats": lambda path: rivals_probes(path, "formats"),
+             "engine-rss": engine_rss}
 
 
 def run(cmd):
@@ -541,6 +570,9 @@ def main():
         if args[1] == "--base" and len(args) > 3:
             base, args = args[2], args[:1] + args[3:]
         print(rivals_ratios(*args[1:], base=base))
+        return 0
+    if args[0] == "engine-checks" and len(args) > 1:
+        print(engine_checks(args[1:]))
         return 0
     if args[0] in RENDERERS and len(args) >= 2:
         print(RENDERERS[args[0]](*args[1:]))

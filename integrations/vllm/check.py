@@ -29,35 +29,21 @@ Models: BF16, FP8 with a bf16 scale, FP8 with an f32 scale.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS: list[tuple[str, bool, str]] = []
+sys.path.insert(0, os.path.dirname(HERE))
+import checklib as cl  # noqa: E402
+from checklib import record, same, bits, tf_helpers, write_model  # noqa: E402
+
 RANGES = ((0, None), (0, "half"), ("half", None), ("third", "2third"))
 
 
-def record(name: str, ok: bool, detail: str = "") -> None:
-    RESULTS.append((name, ok, detail))
-    print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
-
-
 # ---------------------------------------------------------------- the child
-
-
-def _peak_rss_kib() -> dict:
-    st = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
-                st[k] = int(v.split()[0])
-    return st
 
 
 def _range(spec, rows: int) -> int:
@@ -181,7 +167,7 @@ def child(a) -> int:
     res = probe(model)
     from pleio_vllm.plugin import skipped_shards
 
-    res["_meta"] = {"rss": _peak_rss_kib(), "build_seconds": built, "skipped_shards": skipped_shards()}
+    res["_meta"] = {"rss": cl.peak_rss_kib(), "build_seconds": built, "skipped_shards": skipped_shards()}
     torch.save(res, a.out)
     return 0
 
@@ -206,49 +192,11 @@ def child_errors(a) -> int:
 # --------------------------------------------------------------- the parent
 
 
-def tf_helpers():
-    """integrations/transformers/check.py: how the tiny models are written."""
-    spec = importlib.util.spec_from_file_location(
-        "tfcheck", os.path.join(HERE, "..", "transformers", "check.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def write_model(tf, path: str, seed: int, base: int = 4001, parts: int = 4, hash_seed: int | None = None) -> None:
-    """A tiny model (weights seeded by ``seed``; ``hash_seed`` the config's
-    n-gram hash seed, default 1234)."""
-    extra = {} if hash_seed is None else {"seed": hash_seed}
-    # All linear attention: vLLM's indexed attention needs a GPU.
-    cfg = tf.tiny_config(ple_layer_ids=(1,), parts=parts, base=base, layers=3, **extra)
-    cfg.layer_types = ["linear_attention"] * cfg.num_hidden_layers
-    cfg.output_gate_type = "silu"  # vLLM reads it; transformers' default (None) means hidden_act, silu
-    tf.write_model(path, cfg, seed=seed)
-
-
 def run_child(model: str, out: str, config: dict | None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, os.path.abspath(__file__), "child", "--model", model, "--out", out]
     if config is not None:
         cmd += ["--config", json.dumps(config)]
     return subprocess.run(cmd, capture_output=True, text=True)
-
-
-def bits(t):
-    import torch
-
-    if t.dtype in (torch.bfloat16, torch.float16):
-        return t.view(torch.int16)
-    if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-        return t.view(torch.uint8)
-    if t.dtype == torch.float32:
-        return t.view(torch.int32)
-    return t
-
-
-def same(a, b) -> bool:
-    import torch
-
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
 
 
 def compare(name: str, stock: dict, served: dict) -> None:
@@ -340,24 +288,14 @@ def main() -> int:
     import pleio
 
     print(f"vllm {vllm.__version__}, torch {torch.__version__}, pleio {pleio.__version__}", flush=True)
-    tmp = None
-    work = a.work
-    if work is None:
-        tmp = tempfile.TemporaryDirectory(prefix="pleio-vllm-")
-        work = tmp.name
-    os.makedirs(work, exist_ok=True)
+    work, tmp = cl.work_dir(a.work, "pleio-vllm-")
     t0 = time.time()
     config_checks()
     tf = tf_helpers()
     report: dict = {"vllm": vllm.__version__, "torch": torch.__version__}
 
-    bf16 = os.path.join(work, "bf16")
-    write_model(tf, bf16, seed=1)
-    models = {"BF16": bf16}
-    for sdt, name in ((torch.bfloat16, "FP8, bf16 scale"), (torch.float32, "FP8, f32 scale")):
-        path = os.path.join(work, name.replace(", ", "-").replace(" ", "-"))
-        tf.to_fp8(bf16, path, sdt)
-        models[name] = path
+    models = cl.write_models(tf, work)
+    bf16 = models["BF16"]
     for name, path in models.items():
         outs = {}
         for mode, cfg in (("stock", None), ("pleio", {"path": path, "strategy": "auto"})):
@@ -392,53 +330,25 @@ def main() -> int:
 
     if a.rss:
         report["rss"] = peak_rss(tf, work)
-    report["seconds"] = round(time.time() - t0, 1)
-    passed = sum(ok for _, ok, _ in RESULTS)
-    failed = len(RESULTS) - passed
-    report["results"] = [{"check": n, "ok": ok, "detail": d} for n, ok, d in RESULTS]
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(report, f, indent=2)
-    print(f"vLLM check: {report['seconds']} s")
-    print(f"{passed} passed, {failed} failed")
+    status = cl.finish(report, a.json, "vLLM check", t0)
     if tmp is not None:
         tmp.cleanup()
-    return 0 if failed == 0 and passed > 0 else 1
+    return status
 
 
 def peak_rss(tf, work: str) -> dict:
     """Peak RSS (VmHWM) of the engine, stock and with the plugin, on a model
     whose bf16 table is over 1 GiB, the checkpoint evicted before each run."""
-    path = os.path.join(work, "rss-model")
-    write_model(tf, path, seed=3, base=220_000, parts=8)
-    import pleio
+    import torch
 
-    t = pleio.open(path)
-    table = t.rows * t.row_bytes
-    out = {"table_bytes": table}
-    for mode, cfg in (("stock", None), ("pleio", {"path": path})):
-        for f in os.listdir(path):
-            if f.endswith(".safetensors"):
-                fd = os.open(os.path.join(path, f), os.O_RDONLY)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                os.close(fd)
+    def run(mode: str, path: str):
         res = os.path.join(work, f"rss-{mode}.pt")
-        done = run_child(path, res, cfg)
+        done = run_child(path, res, None if mode == "stock" else {"path": path})
         if done.returncode != 0:
-            record(f"peak RSS, {mode}", False, done.stderr.strip()[-600:])
-            return out
-        import torch
+            return done.stderr.strip()
+        return torch.load(res, weights_only=False)["_meta"]
 
-        out[mode] = torch.load(res, weights_only=False)["_meta"]
-    saved = (out["stock"]["rss"]["VmHWM"] - out["pleio"]["rss"]["VmHWM"]) * 1024
-    out["saved_bytes"] = saved
-    record(
-        "peak RSS of the vLLM engine on CPU: pleio against stock",
-        table >= 2**30 and saved >= 0.8 * table,
-        f"stock {out['stock']['rss']['VmHWM'] / 1024:.0f} MiB, pleio {out['pleio']['rss']['VmHWM'] / 1024:.0f} MiB: "
-        f"{saved / 2**20:.0f} MiB less, {saved / table:.2f}x the table's {table / 2**20:.0f} MiB",
-    )
-    return out
+    return cl.rss_compare(tf, work, "the vLLM engine on CPU", run)
 
 
 if __name__ == "__main__":

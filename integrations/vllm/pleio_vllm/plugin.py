@@ -30,83 +30,28 @@ from __future__ import annotations
 import os
 import re
 import threading
-from dataclasses import dataclass
 
 import torch
 
 import pleio
 import pleio.torch as pt
+from pleio._engine import ConfigError, Settings, describe, masked_gather, open_layer, parse_budget, placeholder
+from pleio._engine import settings_from as _settings_from
 
-_ENV = ("PLEIO_VLLM_PATH", "PLEIO_VLLM_STRATEGY", "PLEIO_VLLM_BUDGET")
-_KEYS = {"path", "strategy", "budget"}
-_STRATEGIES = ("auto", "fault", "advise", "pread", "uring", "uring-direct", "pool", "cached")
+__all__ = ["ConfigError", "Settings", "parse_budget", "patch", "settings_from", "skipped_shards"]
+
 _SHARD = re.compile(r"(^|\.)ngram_embedding\.shard_\d+\.(weight|weight_scale)$")
-_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _PATCHED = False
 TESTED = "0.33."
 _BUILDING = threading.local()
 _SERVING = {"active": False, "skipped": 0}
 
 
-class ConfigError(ValueError):
-    """A pleio configuration vLLM cannot start with (raised at engine start)."""
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Where and how the PLE tables are read."""
-
-    path: str
-    strategy: str = "auto"
-    budget: int | None = None
-
-
-def parse_budget(value) -> int | None:
-    """Bytes of a budget given as an int or a string like ``"256M"``."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ConfigError(f"pleio: budget must be a size like 256M or a number of bytes, not {value!r}")
-    if isinstance(value, int):
-        n = value
-    else:
-        m = re.fullmatch(r"\s*(\d+)\s*([kKmMgGtT]?)(i?[bB])?\s*", str(value))
-        if not m:
-            raise ConfigError(f"pleio: budget must be a size like 256M or a number of bytes, not {value!r}")
-        n = int(m.group(1)) << (10 * " KMGT".index(m.group(2).upper() or " "))
-    if n <= 0:
-        raise ConfigError(f"pleio: budget must be positive, not {value!r}")
-    return n
-
-
 def settings_from(extra, env=os.environ) -> Settings | None:
     """The configuration: ``additional_config["pleio"]`` first, else the
     ``PLEIO_VLLM_*`` environment variables; None when neither is set."""
-    cfg = None
-    if isinstance(extra, dict) and extra.get("pleio") is not None:
-        cfg = extra["pleio"]
-        if isinstance(cfg, str):
-            cfg = {"path": cfg}
-        if not isinstance(cfg, dict):
-            raise ConfigError(f"pleio: additional_config['pleio'] must be an object, not {type(cfg).__name__}")
-        unknown = sorted(set(cfg) - _KEYS)
-        if unknown:
-            raise ConfigError(f"pleio: unknown key(s) {unknown} in additional_config['pleio'] (known: {sorted(_KEYS)})")
-    elif env.get("PLEIO_VLLM_PATH"):
-        cfg = {"path": env["PLEIO_VLLM_PATH"]}
-        if env.get("PLEIO_VLLM_STRATEGY"):
-            cfg["strategy"] = env["PLEIO_VLLM_STRATEGY"]
-        if env.get("PLEIO_VLLM_BUDGET"):
-            cfg["budget"] = env["PLEIO_VLLM_BUDGET"]
-    if cfg is None:
-        return None
-    path = cfg.get("path")
-    if not isinstance(path, str) or not path:
-        raise ConfigError("pleio: 'path' (the checkpoint or GGUF file holding the PLE table) is required")
-    strategy = cfg.get("strategy") or "auto"
-    if strategy not in _STRATEGIES:
-        raise ConfigError(f"pleio: unknown strategy {strategy!r} (one of {', '.join(_STRATEGIES)})")
-    return Settings(path=path, strategy=strategy, budget=parse_budget(cfg.get("budget")))
+    cfg = extra.get("pleio") if isinstance(extra, dict) else None
+    return _settings_from(cfg, env, prefix="PLEIO_VLLM", where="additional_config['pleio']")
 
 
 def current_settings() -> Settings | None:
@@ -118,18 +63,6 @@ def current_settings() -> Settings | None:
     except Exception:  # noqa: BLE001 - no config being built: fall back to the environment
         extra = None
     return settings_from(extra)
-
-
-def _open(s: Settings, layer: int | None):
-    kwargs = {"strategy": s.strategy, "layer": layer}
-    if s.budget is not None:
-        kwargs["budget"] = s.budget
-    try:
-        return pleio.open(s.path, **kwargs)
-    except TypeError as e:
-        if "budget" in str(e):
-            raise ConfigError(f"pleio: this pleio ({pleio.__version__}) has no budget option") from e
-        raise
 
 
 class Served:
@@ -148,17 +81,7 @@ class Served:
         contiguous, ``len(flat_ids)`` rows of the storage dtype); with a
         range, rows of ids outside ``[lo, hi)`` are zeros."""
         dst = out.view(self.gather_dtype) if self.gather_dtype != out.dtype else out
-        if lo is None:
-            pt.gather(self.table, flat_ids, dtype=self.gather_dtype, out=dst, rounding=self.rounding)
-            return
-        owned = (flat_ids >= lo) & (flat_ids < hi)
-        if bool(owned.all()):
-            pt.gather(self.table, flat_ids, dtype=self.gather_dtype, out=dst, rounding=self.rounding)
-            return
-        # Rows another rank owns are read as row 0, then zeroed.
-        ids = torch.where(owned, flat_ids, torch.zeros((), dtype=flat_ids.dtype))
-        pt.gather(self.table, ids, dtype=self.gather_dtype, out=dst, rounding=self.rounding)
-        dst.view(len(flat_ids), -1)[~owned] = 0
+        masked_gather(self.table, flat_ids, dst, self.gather_dtype, self.rounding, lo, hi)
 
 
 def _vllm():
@@ -183,27 +106,8 @@ def _attach(module, s: Settings, dense_id: int, prefix: str, common) -> None:
     """Opens the table of PLE layer ``dense_id`` and checks it against the
     module; raises :class:`ConfigError` naming both on any mismatch."""
     emb = module.ngram_embedding
-    try:
-        first = _open(s, None)
-    except pleio.Error as e:
-        raise ConfigError(f"pleio: cannot open the PLE table at {s.path!r}: {e}") from e
-    except ValueError as e:
-        raise ConfigError(f"pleio: cannot open the PLE table at {s.path!r}: {e}") from e
-    layers = list(first.ple_layers)
-    if dense_id >= len(layers):
-        raise ConfigError(
-            f"pleio: {s.path!r} has PLE tables for decoder layers {layers}; the model's "
-            f"{prefix} is PLE layer index {dense_id}"
-        )
-    layer = layers[dense_id]
-    m = _LAYER.search(prefix)
-    if m and int(m.group(1)) != layer:
-        raise ConfigError(
-            f"pleio: the model's {prefix} is decoder layer {m.group(1)}, but PLE table {dense_id} "
-            f"of {s.path!r} belongs to decoder layer {layer}"
-        )
-    table = first if first.layer == layer else _open(s, layer)
-    what = f"pleio: the table at {s.path!r} (layer {layer}, {table.encoding}, {table.rows} x {table.row_elems})"
+    table = open_layer(s, dense_id, prefix)
+    what = describe(s, table)
     rows, dim = int(emb.org_vocab_size), int(emb.embedding_dim)
     if (table.rows, table.row_elems) != (rows, dim):
         raise ConfigError(f"{what} does not match the model's {prefix}: {rows} rows of {dim}")
@@ -243,12 +147,6 @@ def _check_row_ids(module, table, what: str, prefix: str) -> None:
     got = torch.from_numpy(pleio.row_ids(table, torch.tensor(toks).numpy()))
     if got.shape != want.shape or not torch.equal(got, want.to(got.dtype)):
         raise ConfigError(f"{what}: its row ids differ from those of the model's {prefix} (another seed, layer or geometry)")
-
-
-def _placeholder(n: int, d: int, dtype: torch.dtype, pinned: bool) -> torch.Tensor:
-    """One zero row expanded to ``n x d``: the shape checks hold, no memory."""
-    row = torch.zeros((1, d), dtype=dtype, device="cpu", pin_memory=pinned)
-    return row.expand(n, d)
 
 
 def _reduce(module, out: torch.Tensor) -> torch.Tensor:
@@ -325,7 +223,7 @@ def patch() -> None:
         def allocate_embedding_weight(self, num_embeddings, embedding_dim, dtype):
             if not getattr(_BUILDING, "active", False):
                 return orig(self, num_embeddings, embedding_dim, dtype)
-            return _placeholder(num_embeddings, embedding_dim, dtype, pinned)
+            return placeholder(num_embeddings, embedding_dim, dtype, pinned)
 
         cls.allocate_embedding_weight = allocate_embedding_weight
 

@@ -1,0 +1,162 @@
+"""What the engine checks share (integrations/{vllm,sglang,mlx}/check.py):
+PASS/FAIL records and the closing "N passed, M failed" line, bit-for-bit
+comparison of tensors, peak RSS of a process, evicting a checkpoint from
+the page cache, and the tiny qwen4exp models that transformers writes
+(integrations/transformers/check.py's writer).
+
+    sys.path.insert(0, os.path.join(HERE, ".."))
+    import checklib as cl
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS: list[tuple[str, bool, str]] = []
+
+
+def record(name: str, ok: bool, detail: str = "") -> None:
+    RESULTS.append((name, ok, detail))
+    print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
+
+
+def finish(report: dict, json_path: str | None, label: str, t0: float) -> int:
+    """Puts the results in ``report`` (written to ``json_path``), prints the
+    closing lines; the exit status."""
+    report["seconds"] = round(time.time() - t0, 1)
+    passed = sum(ok for _, ok, _ in RESULTS)
+    failed = len(RESULTS) - passed
+    report["results"] = [{"check": n, "ok": ok, "detail": d} for n, ok, d in RESULTS]
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report, f, indent=2)
+    print(f"{label}: {report['seconds']} s")
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 and passed > 0 else 1
+
+
+def peak_rss_kib() -> dict:
+    """VmHWM, VmRSS, RssAnon, RssFile of this process, in KiB."""
+    st = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
+                st[k] = int(v.split()[0])
+    return st
+
+
+def evict(path: str) -> None:
+    """Drops the page cache of the checkpoint's own .safetensors files."""
+    for f in os.listdir(path):
+        if f.endswith(".safetensors"):
+            fd = os.open(os.path.join(path, f), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def bits(t):
+    """A torch tensor as integers of its width (compare bits, not values)."""
+    import torch
+
+    if t.dtype in (torch.bfloat16, torch.float16):
+        return t.view(torch.int16)
+    if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return t.view(torch.uint8)
+    if t.dtype == torch.float32:
+        return t.view(torch.int32)
+    return t
+
+
+def same(a, b) -> bool:
+    import torch
+
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
+
+
+def tf_helpers():
+    """integrations/transformers/check.py: how the tiny models are written."""
+    spec = importlib.util.spec_from_file_location("tfcheck", os.path.join(HERE, "transformers", "check.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def write_model(tf, path: str, seed: int, base: int = 4001, parts: int = 4, hash_seed: int | None = None,
+                ple_layer_ids=(1,)) -> None:
+    """A tiny all-linear-attention model (weights seeded by ``seed``;
+    ``hash_seed`` the config's n-gram hash seed, default 1234)."""
+    extra = {} if hash_seed is None else {"seed": hash_seed}
+    # All linear attention: the engines' indexed attention needs a GPU.
+    cfg = tf.tiny_config(ple_layer_ids=ple_layer_ids, parts=parts, base=base, layers=3, **extra)
+    cfg.layer_types = ["linear_attention"] * cfg.num_hidden_layers
+    cfg.output_gate_type = "silu"  # vLLM reads it; transformers' default (None) means hidden_act, silu
+    tf.write_model(path, cfg, seed=seed)
+
+
+def work_dir(work: str | None, prefix: str):
+    """``work`` (made if missing), or a temporary directory; the second
+    value is the TemporaryDirectory to clean up, or None."""
+    import tempfile
+
+    tmp = None
+    if work is None:
+        tmp = tempfile.TemporaryDirectory(prefix=prefix)
+        work = tmp.name
+    os.makedirs(work, exist_ok=True)
+    return work, tmp
+
+
+def write_models(tf, work: str, post=None, **kw) -> dict:
+    """The BF16 model (seed 1) and its FP8 conversions, one with a bf16
+    scale, one with an f32 scale: name -> path. ``post(path)`` is applied
+    to each FP8 checkpoint; ``kw`` goes to :func:`write_model`."""
+    import torch
+
+    bf16 = os.path.join(work, "bf16")
+    write_model(tf, bf16, seed=1, **kw)
+    models = {"BF16": bf16}
+    for sdt, name in ((torch.bfloat16, "FP8, bf16 scale"), (torch.float32, "FP8, f32 scale")):
+        path = os.path.join(work, name.replace(", ", "-").replace(" ", "-"))
+        tf.to_fp8(bf16, path, sdt)
+        if post is not None:
+            post(path)
+        models[name] = path
+    return models
+
+
+def rss_compare(tf, work: str, what: str, run) -> dict:
+    """Peak RSS (VmHWM), stock against pleio, on a tiny model whose bf16
+    table is over 1 GiB (written here), the checkpoint evicted before each
+    run. ``run(mode, path)`` runs one side ("stock", "pleio") in a fresh
+    process and returns its ``{"rss": peak_rss_kib(), ...}``, or an error
+    string. Records whether pleio saves at least 0.8x the table's bytes."""
+    import pleio
+
+    path = os.path.join(work, "rss-model")
+    write_model(tf, path, seed=3, base=220_000, parts=8)
+    t = pleio.open(path)
+    table = t.rows * t.row_bytes
+    out = {"table_bytes": table}
+    for mode in ("stock", "pleio"):
+        evict(path)
+        got = run(mode, path)
+        if isinstance(got, str):
+            record(f"peak RSS, {mode}", False, got[-600:])
+            return out
+        out[mode] = got
+    saved = (out["stock"]["rss"]["VmHWM"] - out["pleio"]["rss"]["VmHWM"]) * 1024
+    out["saved_bytes"] = saved
+    record(
+        f"peak RSS of {what}: pleio against stock",
+        table >= 2**30 and saved >= 0.8 * table,
+        f"stock {out['stock']['rss']['VmHWM'] / 1024:.0f} MiB, pleio {out['pleio']['rss']['VmHWM'] / 1024:.0f} MiB: "
+        f"{saved / 2**20:.0f} MiB less, {saved / table:.2f}x the table's {table / 2**20:.0f} MiB",
+    )
+    return out
