@@ -97,7 +97,7 @@ def llama_speed(path):
            f"ubatches of {up['ubatch']}, {up['threads']} threads, a {rep['table_bytes'] / 2**30:.2f} GiB table, "
            f"{rep['runs']} runs per arm interleaved; load average {load[0]} before and {load[1]} after "
            f"on {rep['cpus']} CPUs" + (" (**not an idle machine**: other work ran beside it)" if busy else "")
-           + ". Tokens/s are medians; ratios "
+           + (f". {rep['note']}" if rep.get("note") else "") + ". Tokens/s are medians; ratios "
            f"are medians of per-run ratios (cold vs upstream per run: "
            + "; ".join(f"{name} " + ", ".join(f"{r:.2f}" for r in v["cold_vs_upstream_runs"])
                        for name, v in arms.items() if name.startswith("pleio-")) + ").",
