@@ -25,6 +25,7 @@ reports in docs/reports, so no figure there is typed by hand.
     python3 scripts/docs_gen.py decode|ckpt-decode|gather-dtype REPORT  # cargo bench summaries
     python3 scripts/docs_gen.py engine-checks REPORT... # checks passed per engine report
     python3 scripts/docs_gen.py engine-rss REPORT       # an engine check's peak memory, stock against pleio
+    python3 scripts/docs_gen.py llama-speed REPORT      # llama.cpp prefill/decode (speed.sh --report)
 
 A generated block in a page of docs/ is
 
@@ -512,6 +513,48 @@ def engine_rss(path):
             f"{rss['table_bytes']:,} bytes ({rss['table_bytes'] / 2**30:.2f} GiB).")
 
 
+def llama_speed(path):
+    """llama.cpp's prefill and decode, cold and warm, per arm (integrations/llama.cpp/speed.sh --report)."""
+    rep = json.loads(Path(path).read_text())
+    arms = rep["arms"]
+    up = arms["upstream"]
+    load = [rep["loadavg_before"].split()[0], rep["loadavg_after"].split()[0]]
+    busy = max(float(x) for x in load) > 0.5
+    out = [f"`{rep['command']}` at commit {rep['commit']}, {rep['date']}: {up['tokens']:,} prompt tokens in "
+           f"ubatches of {up['ubatch']}, {up['threads']} threads, a {rep['table_bytes'] / 2**30:.2f} GiB table, "
+           f"{rep['runs']} runs per arm interleaved; load average {load[0]} before and {load[1]} after "
+           f"on {rep['cpus']} CPUs" + (" (**not an idle machine**: other work ran beside it)" if busy else "")
+           + (f". {rep['note']}" if rep.get("note") else "") + ". Tokens/s are medians; ratios "
+           f"are medians of per-run ratios (cold vs upstream per run: "
+           + "; ".join(f"{name} " + ", ".join(f"{r:.2f}" for r in v["cold_vs_upstream_runs"])
+                       for name, v in arms.items() if name.startswith("pleio-")) + ").",
+           "",
+           "| arm | cold tok/s | warm tok/s | cold/warm | cold vs upstream | warm vs upstream | cold vs no-prefetch | peak RSS |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, v in arms.items():
+        out.append(f"| {name} | {v['cold_median']:.0f} | {v['warm_median']:.0f} | {v['cold_over_warm']:.2f} | "
+                   f"{v['cold_vs_upstream']:.2f}x | {v['warm_vs_upstream']:.2f}x | {v['cold_vs_no_prefetch']:.2f}x | "
+                   f"{mib(med_of(v['max_rss_kib']))} |")
+    if up.get("decode"):
+        out += ["", f"{up['decode']} greedy decode steps after each prefill, ms per token (medians); the time "
+                    "inside pleio's PLE gathers in the cold run (waits for a lookahead read included), prompt and decode:",
+                "",
+                "| arm | cold decode | warm decode | PLE gathers, cold prompt | PLE gathers, cold decode |",
+                "|---|---:|---:|---:|---:|"]
+        for name, v in arms.items():
+            pleio = name.startswith("pleio-")
+            g = (f"{med_of(v['cold_prefill_gather_ms']):.0f} ms | {med_of(v['cold_decode_gather_ms']):.1f} ms"
+                 if pleio else "- | -")
+            out.append(f"| {name} | {v['cold_decode_ms_median']:.2f} | {v['warm_decode_ms_median']:.2f} | {g} |")
+    return "\n".join(out)
+
+
+def med_of(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
 RENDERERS = {"torch": torch_table, "transformers-rss": transformers_rss, "vllm-rss": vllm_rss, "bench": bench, "replay": replay,
              "headline": headline, "demo-floors": demo, "cache-sim": cache_sim,
              "cache-policies": cache_policies, "cache-targets": cache_targets,
@@ -519,7 +562,7 @@ RENDERERS = {"torch": torch_table, "transformers-rss": transformers_rss, "vllm-r
              "cold-path": cold_path, "decode": decode, "ckpt-decode": ckpt_decode, "gather-dtype": gather_dtype,
              "rivals": rivals_table, "rivals-setup": rivals_setup, "rivals-probes": rivals_probes,
              "rivals-rowids": rivals_rowids, "rivals-formats": lambda path: rivals_probes(path, "formats"),
-             "engine-rss": engine_rss}
+             "engine-rss": engine_rss, "llama-speed": llama_speed}
 
 
 def run(cmd):

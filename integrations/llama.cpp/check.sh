@@ -7,9 +7,18 @@
 #      llama's gathered floats equal `pleio gather`, bit for bit.
 #   2. the provider patch: with pleio linked and PLEIO_TABLE set, the PLE gather is pleio's
 #      custom op (seen through the same callback, same ids and floats), and the logits of every
-#      position equal stock llama.cpp's, bit for bit. Needs the pleio C ABI (the pleio-capi
-#      crate's libpleio_capi.a, see build.sh); without it check 2 is reported PENDING, never
-#      passed, and once the crate is in the workspace check 2 is required.
+#      position (and of DECODE greedy decode steps after the prompt) equal stock llama.cpp's,
+#      bit for bit. The prompt goes in batches of BATCH tokens, which llama splits into ubatches
+#      of UBATCH, and the provider's lookahead is on (PLEIO_LOOKAHEAD, default 1): every ubatch's
+#      rows, prompt and decode, must come from the lookahead's background read
+#      (--expect-lookahead). Needs the pleio C ABI (the pleio-capi crate's libpleio_capi.a, see
+#      build.sh); without it check 2 is reported PENDING, never passed, and once the crate is in
+#      the workspace check 2 is required.
+#
+#   Two prompts: "corpus" (above) and "eos", 613 tokens of the corpus with <|endoftext|> put at
+#   ubatch and batch boundaries (the last token of a ubatch, the first, both sides of one, the
+#   second token of one), so predicted n-gram histories cross resets at the edges, and ending
+#   with a partial ubatch of 37 tokens.
 #
 #   bash integrations/llama.cpp/check.sh
 #
@@ -19,7 +28,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 N_TOKENS=2100
 UBATCH=64
+BATCH=256   # check 2: four ubatches per llama_decode, so the lookahead reads across them
+DECODE=4    # check 2: greedy decode steps after the prompt (their rows read ahead too)
 EOT=248044
+# the "eos" prompt: 9 ubatches and 37 tokens; end-of-text at these positions
+EOS_TOKENS=613
+EOS_AT="63 192 255 256 321 447 448 600"
 
 bash "$INTEGRATION_DIR/build.sh"
 
@@ -50,6 +64,19 @@ print(f"prompt: {n} corpus tokens, end-of-text resets at {resets}", file=sys.std
 EOF
 }
 
+# the eos prompt: the corpus prompt's first EOS_TOKENS tokens with end-of-text put at EOS_AT
+write_eos_prompt() {
+    python3 - "$1" "$2" "$EOS_TOKENS" "$EOT" $EOS_AT <<'EOF'
+import sys
+src, out, n, eot, at = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], [int(a) for a in sys.argv[5:]]
+tokens = open(src).read().split()[:n]
+for i in at:
+    tokens[i] = eot
+open(out, "w").write(" ".join(tokens) + "\n")
+print(f"eos prompt: {n} tokens, end-of-text at {at}", file=sys.stderr)
+EOF
+}
+
 # compare a capture (DIR/rows.txt, DIR/rows.f32) with pleio's answers in $A
 compare_capture() {
     local dir="$1" what="$2"
@@ -66,8 +93,8 @@ check_arch() {
     A="$W/$arch"
     mkdir -p "$A"
     # outputs of an earlier run must not satisfy this one
-    rm -rf "$A/stock" "$A/pleio" "$A"/*.f32 "$A"/*.txt "$A"/*.json
-    [ "$arch" != qwen4exp ] || rm -f "$W/tokens.txt"
+    rm -rf "$A/stock" "$A/pleio" "$A/corpus" "$A/eos" "$A"/*.f32 "$A"/*.txt "$A"/*.json
+    [ "$arch" != qwen4exp ] || rm -f "$W/tokens.txt" "$W/tokens-eos.txt"
     local model="$A/model.gguf"
     # regenerated when the writer or pleio (its synth tables) changed
     local stamp
@@ -85,46 +112,60 @@ check_arch() {
         # pleio tokenizes the corpus with the Qwen tokenizer; gemma4 reuses these ids (< its vocab)
         "$PLEIO" rows "$model" --corpus --json >"$A/corpus.json"
         write_prompt "$A/corpus.json" "$W/tokens.txt"
+        write_eos_prompt "$W/tokens.txt" "$W/tokens-eos.txt"
     fi
+    check_prompt "$arch" "$model" corpus "$W/tokens.txt"
+    check_prompt "$arch" "$model" eos "$W/tokens-eos.txt"
+}
+
+# checks 1 and 2 for one model and one prompt; outputs in $A/<prompt>/
+check_prompt() {
+    local arch="$1" model="$2" name="$3" tokens="$4"
+    local what="$arch $name"
+    A="$W/$arch/$name"
+    rm -rf "$A"
+    mkdir -p "$A"
     # the row ids pleio computes for exactly this stream, one per line, token after token
-    "$PLEIO" rows "$model" --tokens "$W/tokens.txt" --json >"$A/pleio-rows.json"
+    "$PLEIO" rows "$model" --tokens "$tokens" --json >"$A/pleio-rows.json"
     python3 -c '
 import json, sys
 rows = json.load(open(sys.argv[1]))["rows"]
 open(sys.argv[2], "w").write("".join(f"{r}\n" for tok in rows for r in tok))' "$A/pleio-rows.json" "$A/pleio-rows.txt"
     "$PLEIO" gather "$model" --rows-file "$A/pleio-rows.txt" -o "$A/pleio-gather.f32"
 
-    local run=(-m "$model" -t "$W/tokens.txt" --ubatch "$UBATCH" --lazy on)
+    local run=(-m "$model" -t "$tokens" --ubatch "$UBATCH" --lazy on)
 
-    say "$arch check 1: stock llama.cpp, lazy mode on (upstream prefetch), ubatch $UBATCH"
+    say "$what check 1: stock llama.cpp, lazy mode on (upstream prefetch), ubatch $UBATCH"
     mkdir -p "$A/stock"
     "$DRIVER" "${run[@]}" --capture "$A/stock" --expect-op get_rows
-    compare_capture "$A/stock" "$arch check 1 (stock get_rows)"
+    compare_capture "$A/stock" "$what check 1 (stock get_rows)"
 
     if [ "$provider" = 0 ]; then
-        say "$arch check 2 PENDING: no pleio C ABI in this tree (crates/pleio-capi), so no provider build; NOT checked"
+        say "$what check 2 PENDING: no pleio C ABI in this tree (crates/pleio-capi), so no provider build; NOT checked"
         return
     fi
-    say "$arch check 2: the provider (PLEIO_TABLE=$model), same prompt"
+    say "$what check 2: the provider (PLEIO_TABLE=$model), batches of $BATCH, lookahead on"
     mkdir -p "$A/pleio"
-    PLEIO_TABLE="$model" "$DRIVER_PLEIO" "${run[@]}" --capture "$A/pleio" --expect-op pleio
-    compare_capture "$A/pleio" "$arch check 2 (pleio custom op)"
-    say "$arch check 2: logits of every position, stock and provider"
-    "$DRIVER" "${run[@]}" --logits "$A/logits-stock.f32"
-    PLEIO_TABLE="$model" "$DRIVER_PLEIO" "${run[@]}" --logits "$A/logits-pleio.f32"
+    PLEIO_TABLE="$model" "$DRIVER_PLEIO" "${run[@]}" --batch "$BATCH" --capture "$A/pleio" --expect-op pleio \
+        --expect-lookahead
+    compare_capture "$A/pleio" "$what check 2 (pleio custom op, lookahead)"
+    say "$what check 2: logits of every position and $DECODE decode steps, stock and provider"
+    "$DRIVER" "${run[@]}" --batch "$BATCH" --decode "$DECODE" --logits "$A/logits-stock.f32"
+    PLEIO_TABLE="$model" "$DRIVER_PLEIO" "${run[@]}" --batch "$BATCH" --decode "$DECODE" --logits "$A/logits-pleio.f32" \
+        --expect-lookahead
     local size
     size="$(stat -c %s "$A/logits-stock.f32")"
-    [ "$size" -gt 0 ] || fail "$arch: no logits"
+    [ "$size" -gt 0 ] || fail "$what: no logits"
     cmp -s "$A/logits-stock.f32" "$A/logits-pleio.f32" \
-        || fail "$arch check 2: logits differ ($(cmp "$A/logits-stock.f32" "$A/logits-pleio.f32" | head -1))"
-    say "$arch check 2: $size bytes of logits ($N_TOKENS positions) equal stock llama.cpp's, bit for bit"
+        || fail "$what check 2: logits differ ($(cmp "$A/logits-stock.f32" "$A/logits-pleio.f32" | head -1))"
+    say "$what check 2: $size bytes of logits ($(wc -w <"$tokens") positions + $DECODE decode steps) equal stock llama.cpp's, bit for bit"
     rm -f "$A/logits-stock.f32" "$A/logits-pleio.f32"
 }
 
 check_arch qwen4exp --rows 1M      # 1M (1,048,576) rows of IQ4_NL (90 MiB); writes the prompt
 check_arch gemma4 --layers 2       # 262144 rows of 512 Q5_K (88 MiB)
 if [ "$provider" = 0 ]; then
-    say "done: check 1 passed for qwen4exp and gemma4; check 2 PENDING (no pleio C ABI)"
+    say "done: check 1 passed for qwen4exp and gemma4, corpus and eos prompts; check 2 PENDING (no pleio C ABI)"
 else
-    say "done: checks 1 and 2 passed for qwen4exp and gemma4"
+    say "done: checks 1 and 2 (lookahead on) passed for qwen4exp and gemma4, corpus and eos prompts"
 fi

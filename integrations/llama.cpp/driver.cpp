@@ -3,7 +3,8 @@
 //   pleio-llama-driver -m MODEL -t TOKENS [--ubatch 64] [--batch N] [--threads 2]
 //                      [--lazy on|auto|off] [--load-mode none|mmap]
 //                      [--capture DIR] [--expect-op get_rows|pleio]
-//                      [--logits FILE] [--runs N] [--json FILE] [--verbose]
+//                      [--logits FILE] [--runs N] [--decode N] [--json FILE]
+//                      [--expect-lookahead] [--verbose]
 //
 // TOKENS holds token ids separated by whitespace or commas, one sequence, positions from 0.
 // The prompt goes through llama_decode in chunks of --batch tokens (default: --ubatch), so
@@ -14,17 +15,26 @@
 //                 gathered rows as little-endian f32 in DIR/rows.f32. The node is ggml_get_rows
 //                 on per_layer_token_embd.weight (stock) or the provider's custom op (pleio);
 //                 --expect-op makes any other kind, or no node at all, an error.
-// --logits FILE   the logits of every position, f32 [n_tokens][n_vocab], in token order.
+// --logits FILE   the logits of every position, f32 [n_tokens + N decode steps][n_vocab], in
+//                 token order.
 // --runs N        prefill N times in one process (memory cleared in between): run 1 is "cold"
 //                 when the caller evicted the table first, runs 2..N are warm.
-// --json FILE     timings: load, and per run the prefill wall time, tokens/s and llama's own
-//                 prompt-eval time.
+// --decode N      after each run's prefill, N greedy decode steps (one token per llama_decode,
+//                 the argmax of the last logits), timed apart from the prefill.
+// --json FILE     timings: load, peak RSS, and per run the prefill wall time, tokens/s and
+//                 llama's own prompt-eval time, the decode time, and the provider's lookahead
+//                 counts (ubatches served from a lookahead read / read by the gather itself, the
+//                 time inside the PLE gathers) for the prefill and the decode apart.
+// --expect-lookahead  every PLE gather of the first run's prefill and decode must take its rows
+//                 from the provider's lookahead read (pleio-provider.patch, PLEIO_LOOKAHEAD).
 //
 // Exit status: 0 ok, 1 usage or input error, 2 a failed llama call or a failed expectation.
 
 #include "llama.h"
 #include "ggml.h"
 #include "ggml-backend.h"
+
+#include <sys/resource.h>
 
 #include <chrono>
 #include <cinttypes>
@@ -37,6 +47,15 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+// [pleio] the provider's lookahead counters (pleio-provider.patch, src/llama-impl.h); all zero
+// when pleio does not serve the table
+struct llama_ple_lookahead_counts {
+    uint64_t prefetched = 0;
+    uint64_t direct     = 0;
+    uint64_t gather_us  = 0;
+};
+llama_ple_lookahead_counts llama_ple_lookahead_get_counts();
 
 namespace {
 
@@ -187,9 +206,26 @@ std::string json_str(const std::string & s) {
     return out + "\"";
 }
 
+llama_ple_lookahead_counts counts_since(const llama_ple_lookahead_counts & before) {
+    llama_ple_lookahead_counts now = llama_ple_lookahead_get_counts();
+    now.prefetched -= before.prefetched;
+    now.direct     -= before.direct;
+    now.gather_us  -= before.gather_us;
+    return now;
+}
+
+std::string counts_json(const llama_ple_lookahead_counts & c) {
+    char buf[160];
+    snprintf(buf, sizeof(buf), "{\"prefetched\": %" PRIu64 ", \"direct\": %" PRIu64 ", \"gather_ms\": %.3f}",
+             c.prefetched, c.direct, c.gather_us / 1000.0);
+    return buf;
+}
+
 struct run_result {
     double wall_ms;
     double p_eval_ms;
+    double decode_ms;
+    llama_ple_lookahead_counts prefill, decode;
 };
 
 } // namespace
@@ -197,7 +233,8 @@ struct run_result {
 int main(int argc, char ** argv) {
     std::string model_path, tokens_path, capture_dir, logits_path, json_path;
     std::string expect_op;
-    uint32_t n_ubatch = 64, n_batch = 0, n_threads = 2, n_runs = 1;
+    uint32_t n_ubatch = 64, n_batch = 0, n_threads = 2, n_runs = 1, n_decode = 0;
+    bool expect_lookahead = false;
     llama_lazy_mode lazy = LLAMA_LAZY_MODE_ON;
     llama_load_mode load_mode = LLAMA_LOAD_MODE_NONE;
     bool verbose = false;
@@ -222,6 +259,10 @@ int main(int argc, char ** argv) {
             n_threads = parse_u32("--threads", next());
         } else if (a == "--runs") {
             n_runs = parse_u32("--runs", next());
+        } else if (a == "--decode") {
+            n_decode = parse_u32("--decode", next());
+        } else if (a == "--expect-lookahead") {
+            expect_lookahead = true;
         } else if (a == "--lazy") {
             const std::string v = next();
             if (v == "on") {
@@ -288,7 +329,7 @@ int main(int argc, char ** argv) {
 
     capture cap;
     llama_context_params cp = llama_context_default_params();
-    cp.n_ctx           = n_tokens;
+    cp.n_ctx           = n_tokens + n_decode;
     cp.n_batch         = n_batch;
     cp.n_ubatch        = n_ubatch;
     cp.n_seq_max       = 1;
@@ -329,6 +370,7 @@ int main(int argc, char ** argv) {
         const bool record = run == 0;
         cap.active = record;
         double wall_ms = 0.0;
+        const llama_ple_lookahead_counts c0 = llama_ple_lookahead_get_counts();
         for (uint32_t p0 = 0; p0 < n_tokens; p0 += n_batch) {
             const uint32_t n = std::min(n_batch, n_tokens - p0);
             batch.n_tokens = (int32_t) n;
@@ -359,9 +401,51 @@ int main(int argc, char ** argv) {
             }
         }
         const llama_perf_context_data perf = llama_perf_context(ctx);
-        results.push_back({ wall_ms, perf.t_p_eval_ms });
-        fprintf(stderr, "run %u: %u tokens in %.1f ms: %.1f tokens/s (llama prompt eval %.1f ms)\n",
-                run + 1, n_tokens, wall_ms, n_tokens / (wall_ms / 1000.0), perf.t_p_eval_ms);
+        const llama_ple_lookahead_counts prefill = counts_since(c0);
+
+        // greedy decode: the next token is known before its llama_decode starts
+        const llama_ple_lookahead_counts c1 = llama_ple_lookahead_get_counts();
+        double decode_ms = 0.0;
+        for (uint32_t i = 0; i < n_decode; ++i) {
+            const float * lg = llama_get_logits_ith(ctx, -1);
+            if (!lg) {
+                die(2, "no logits for decode step %u", i);
+            }
+            llama_token next = 0;
+            for (int32_t v = 1; v < n_vocab; ++v) {
+                next = lg[v] > lg[next] ? v : next;
+            }
+            batch.n_tokens     = 1;
+            batch.token[0]     = next;
+            batch.pos[0]       = (llama_pos) (n_tokens + i);
+            batch.n_seq_id[0]  = 1;
+            batch.seq_id[0][0] = 0;
+            batch.logits[0]    = true;
+            const auto t0 = std::chrono::steady_clock::now();
+            const int32_t rc = llama_decode(ctx, batch);
+            llama_synchronize(ctx);
+            decode_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            if (rc != 0) {
+                die(2, "llama_decode failed (%d) at decode step %u", rc, i);
+            }
+            if (record && logits_f) {
+                const float * out = llama_get_logits_ith(ctx, -1);
+                if (!out || fwrite(out, sizeof(float), (size_t) n_vocab, logits_f) != (size_t) n_vocab) {
+                    die(2, "writing %s failed", logits_path.c_str());
+                }
+            }
+        }
+        const llama_ple_lookahead_counts decode = counts_since(c1);
+        results.push_back({ wall_ms, perf.t_p_eval_ms, decode_ms, prefill, decode });
+        fprintf(stderr, "run %u: %u tokens in %.1f ms: %.1f tokens/s (llama prompt eval %.1f ms); "
+                "PLE ubatches from lookahead %" PRIu64 ", read directly %" PRIu64 ", gathers %.1f ms\n",
+                run + 1, n_tokens, wall_ms, n_tokens / (wall_ms / 1000.0), perf.t_p_eval_ms,
+                prefill.prefetched, prefill.direct, prefill.gather_us / 1000.0);
+        if (n_decode > 0) {
+            fprintf(stderr, "run %u: %u decode steps in %.1f ms (%.2f ms/token); PLE from lookahead %" PRIu64
+                    ", read directly %" PRIu64 ", gathers %.1f ms\n", run + 1, n_decode, decode_ms,
+                    decode_ms / n_decode, decode.prefetched, decode.direct, decode.gather_us / 1000.0);
+        }
     }
 
     if (logits_f && fclose(logits_f) != 0) {
@@ -382,17 +466,33 @@ int main(int argc, char ** argv) {
     if (n_nonfinite) {
         die(2, "%zu logits are not finite", n_nonfinite);
     }
+    if (expect_lookahead) {
+        const run_result & r = results[0];
+        if (r.prefill.prefetched == 0 || r.prefill.direct != 0 || r.decode.direct != 0 ||
+            r.decode.prefetched != n_decode) {
+            die(2, "expected every PLE gather of run 1 to come from the lookahead: prefill %" PRIu64 " from it, %" PRIu64
+                " read directly; decode %" PRIu64 " from it, %" PRIu64 " read directly",
+                r.prefill.prefetched, r.prefill.direct, r.decode.prefetched, r.decode.direct);
+        }
+    }
+
+    struct rusage ru = {};
+    getrusage(RUSAGE_SELF, &ru); // ru_maxrss: KiB on Linux
 
     if (!json_path.empty()) {
         FILE * j = fopen(json_path.c_str(), "w");
         if (!j) {
             die(1, "cannot write %s", json_path.c_str());
         }
-        fprintf(j, "{\"model\": %s, \"tokens\": %u, \"ubatch\": %u, \"batch\": %u, \"threads\": %u, \"load_ms\": %.3f, \"runs\": [",
-                json_str(model_path).c_str(), n_tokens, n_ubatch, n_batch, n_threads, load_ms);
+        fprintf(j, "{\"model\": %s, \"tokens\": %u, \"ubatch\": %u, \"batch\": %u, \"threads\": %u, \"decode\": %u, "
+                "\"load_ms\": %.3f, \"max_rss_kib\": %ld, \"runs\": [",
+                json_str(model_path).c_str(), n_tokens, n_ubatch, n_batch, n_threads, n_decode, load_ms, ru.ru_maxrss);
         for (size_t r = 0; r < results.size(); ++r) {
-            fprintf(j, "%s{\"wall_ms\": %.3f, \"tokens_per_s\": %.3f, \"p_eval_ms\": %.3f}", r ? ", " : "",
-                    results[r].wall_ms, n_tokens / (results[r].wall_ms / 1000.0), results[r].p_eval_ms);
+            const run_result & x = results[r];
+            fprintf(j, "%s{\"wall_ms\": %.3f, \"tokens_per_s\": %.3f, \"p_eval_ms\": %.3f, \"decode_ms\": %.3f, "
+                    "\"lookahead_prefill\": %s, \"lookahead_decode\": %s}", r ? ", " : "",
+                    x.wall_ms, n_tokens / (x.wall_ms / 1000.0), x.p_eval_ms, x.decode_ms,
+                    counts_json(x.prefill).c_str(), counts_json(x.decode).c_str());
         }
         fprintf(j, "]}\n");
         if (fclose(j) != 0) {

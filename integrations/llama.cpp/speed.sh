@@ -6,10 +6,19 @@
 #                madvise(WILLNEED) per ubatch) then ggml_get_rows on the lazy mapping
 #   no-prefetch  the same with upstream's prefetch off (PLEIO_UPSTREAM_PREFETCH=off): plain
 #                lazy-mmap page faults
-#   pleio-S      the provider patch with pleio linked, strategy S (PLEIO_STRATEGY=S)
+#   pleio-S      the provider patch with pleio linked, strategy S (PLEIO_STRATEGY=S), lookahead
+#                on (PLEIO_LOOKAHEAD=1: ubatch k+1's rows are read while ubatch k computes, and a
+#                decode step's rows from the moment its llama_decode starts)
+#   pleio-S-noahead  the same with the lookahead off (PLEIO_LOOKAHEAD=0): each ubatch's rows
+#                are read when its gather runs
 #
-#   bash integrations/llama.cpp/speed.sh [--rows 48M] [--tokens 8192] [--ubatch 512]
-#                                        [--runs 5] [--threads 2] [--strategies auto,advise,uring-direct]
+#   bash integrations/llama.cpp/speed.sh [--rows 48M] [--tokens 8192] [--ubatch 512] [--decode 32]
+#                                        [--runs 5] [--threads 2] [--strategies auto]
+#                                        [--report FILE]
+#
+# After each prefill, --decode N greedy decode steps (one token per llama_decode), timed apart.
+# --report FILE also writes the summary with the command, the commit and the load average
+# (/proc/loadavg before and after) for docs/reports (scripts/docs_gen.py llama-speed).
 #
 # Each run of each arm is a fresh process: the table's byte range is evicted from the page cache
 # first (posix_fadvise DONTNEED; `pleio residency` must then report < 1% resident), the prompt
@@ -27,7 +36,10 @@ N_TOKENS=8192
 UBATCH=512
 RUNS=5
 THREADS=2
-STRATEGIES=auto,advise,uring-direct
+STRATEGIES=auto
+DECODE=32
+REPORT=
+COMMAND="bash integrations/llama.cpp/speed.sh $*"
 while [ $# -gt 0 ]; do
     case "$1" in
         --rows) ROWS="$2"; shift 2 ;;
@@ -36,6 +48,8 @@ while [ $# -gt 0 ]; do
         --runs) RUNS="$2"; shift 2 ;;
         --threads) THREADS="$2"; shift 2 ;;
         --strategies) STRATEGIES="$2"; shift 2 ;;
+        --decode) DECODE="$2"; shift 2 ;;
+        --report) REPORT="$(realpath -m "$2")"; shift 2 ;;
         *) fail "unknown argument $1 (see the top of speed.sh)" ;;
     esac
 done
@@ -84,21 +98,25 @@ export PLEIO
 
 arms=(upstream no-prefetch)
 IFS=, read -r -a strategies <<<"$STRATEGIES"
-for s in "${strategies[@]}"; do arms+=("pleio-$s"); done
+for s in "${strategies[@]}"; do arms+=("pleio-$s" "pleio-$s-noahead"); done
 
 run_arm() {
     local arm="$1" out="$2"
     local args=(-m "$MODEL" -t "$W/tokens.txt" --ubatch "$UBATCH" --batch "$N_TOKENS" --threads "$THREADS"
-                --lazy on --runs 2 --json "$out")
+                --lazy on --runs 2 --decode "$DECODE" --json "$out")
     case "$arm" in
         upstream) env -u PLEIO_TABLE "$DRIVER" "${args[@]}" ;;
         no-prefetch) env -u PLEIO_TABLE PLEIO_UPSTREAM_PREFETCH=off "$DRIVER" "${args[@]}" ;;
-        pleio-*) PLEIO_TABLE="$MODEL" PLEIO_STRATEGY="${arm#pleio-}" "$DRIVER_PLEIO" "${args[@]}" ;;
+        pleio-*-noahead)
+            local s="${arm#pleio-}"
+            PLEIO_TABLE="$MODEL" PLEIO_STRATEGY="${s%-noahead}" PLEIO_LOOKAHEAD=0 "$DRIVER_PLEIO" "${args[@]}" ;;
+        pleio-*) PLEIO_TABLE="$MODEL" PLEIO_STRATEGY="${arm#pleio-}" PLEIO_LOOKAHEAD=1 "$DRIVER_PLEIO" "${args[@]}" ;;
     esac
 }
 
 rm -rf "$W/runs"
 mkdir -p "$W/runs"
+load_before="$(cat /proc/loadavg)"
 for r in $(seq 1 "$RUNS"); do
     for arm in "${arms[@]}"; do
         evict
@@ -108,26 +126,68 @@ for r in $(seq 1 "$RUNS"); do
     done
 done
 
-python3 - "$W" "$RUNS" "$table_bytes" "${arms[@]}" <<'EOF'
-import json, statistics, sys
-w, runs, table_bytes, arms = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+load_after="$(cat /proc/loadavg)"
+commit="$(git -C "$REPO_ROOT" rev-parse --short HEAD)"
+git -C "$REPO_ROOT" diff --quiet HEAD -- || commit="$commit+dirty"
+
+python3 - "$W" "$RUNS" "$table_bytes" "$REPORT" "$COMMAND" "$commit" "$load_before" "$load_after" "${arms[@]}" <<'EOF'
+import json, os, statistics, sys, time
+w, runs, table_bytes, report = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+command, commit, load_before, load_after, arms = sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8], sys.argv[9:]
+med = statistics.median
 res = {}
 for arm in arms:
     js = [json.load(open(f"{w}/runs/{arm}-{r}.json")) for r in range(1, runs + 1)]
-    cold = [j["runs"][0]["tokens_per_s"] for j in js]
-    warm = [j["runs"][1]["tokens_per_s"] for j in js]
-    res[arm] = {"cold_tokens_per_s": cold, "warm_tokens_per_s": warm,
-                "cold_median": statistics.median(cold), "warm_median": statistics.median(warm),
-                "tokens": js[0]["tokens"], "ubatch": js[0]["ubatch"]}
+    cold, warm = [j["runs"][0] for j in js], [j["runs"][1] for j in js]
+    n_decode = js[0].get("decode", 0)
+    res[arm] = {
+        "cold_tokens_per_s": [r["tokens_per_s"] for r in cold],
+        "warm_tokens_per_s": [r["tokens_per_s"] for r in warm],
+        # milliseconds per decode step after the cold prefill (rows of new n-grams: cold) and the warm one
+        "cold_decode_ms_per_token": [r["decode_ms"] / n_decode for r in cold] if n_decode else [],
+        "warm_decode_ms_per_token": [r["decode_ms"] / n_decode for r in warm] if n_decode else [],
+        # time inside the PLE gathers (pleio arms): what the lookahead did not hide
+        "cold_prefill_gather_ms": [r["lookahead_prefill"]["gather_ms"] for r in cold],
+        "cold_decode_gather_ms": [r["lookahead_decode"]["gather_ms"] for r in cold],
+        "cold_prefill_ubatches_from_lookahead": [r["lookahead_prefill"]["prefetched"] for r in cold],
+        "max_rss_kib": [j["max_rss_kib"] for j in js],
+        "tokens": js[0]["tokens"], "ubatch": js[0]["ubatch"], "decode": n_decode, "threads": js[0]["threads"],
+    }
 up = res["upstream"]
-print(f"\nprefill of {res['upstream']['tokens']} tokens, ubatch {res['upstream']['ubatch']}, "
-      f"table {table_bytes / 2**30:.2f} GiB, median of {runs} runs (tokens/s)\n")
-print("| arm | cold | warm | cold vs upstream | warm vs upstream | cold vs no-prefetch |")
-print("|---|---|---|---|---|---|")
 for arm, v in res.items():
-    print(f"| {arm} | {v['cold_median']:.0f} | {v['warm_median']:.0f} | "
-          f"{v['cold_median'] / up['cold_median']:.2f}x | {v['warm_median'] / up['warm_median']:.2f}x | "
-          f"{v['cold_median'] / res['no-prefetch']['cold_median']:.2f}x |")
-json.dump({"table_bytes": table_bytes, "runs": runs, "arms": res}, open(f"{w}/speed.json", "w"), indent=1)
+    v["cold_median"] = med(v["cold_tokens_per_s"])
+    v["warm_median"] = med(v["warm_tokens_per_s"])
+    # medians of per-run ratios (runs are interleaved arm by arm, so run r of every arm saw the same drift)
+    v["cold_over_warm"] = med(c / x for c, x in zip(v["cold_tokens_per_s"], v["warm_tokens_per_s"]))
+    v["cold_vs_upstream"] = med(c / u for c, u in zip(v["cold_tokens_per_s"], up["cold_tokens_per_s"]))
+    v["cold_vs_upstream_runs"] = [c / u for c, u in zip(v["cold_tokens_per_s"], up["cold_tokens_per_s"])]
+    v["warm_vs_upstream"] = med(c / u for c, u in zip(v["warm_tokens_per_s"], up["warm_tokens_per_s"]))
+    v["cold_vs_no_prefetch"] = med(c / u for c, u in zip(v["cold_tokens_per_s"], res["no-prefetch"]["cold_tokens_per_s"]))
+    v["max_rss_mib_median"] = med(v["max_rss_kib"]) / 1024
+    if v["decode"]:
+        v["cold_decode_ms_median"] = med(v["cold_decode_ms_per_token"])
+        v["warm_decode_ms_median"] = med(v["warm_decode_ms_per_token"])
+print(f"\nprefill of {up['tokens']} tokens, ubatch {up['ubatch']}, {up['threads']} threads, "
+      f"table {table_bytes / 2**30:.2f} GiB, {runs} runs; tokens/s medians, ratios: medians of per-run ratios\n")
+print("| arm | cold | warm | cold/warm | cold vs upstream | warm vs upstream | cold vs no-prefetch | peak RSS |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+for arm, v in res.items():
+    print(f"| {arm} | {v['cold_median']:.0f} | {v['warm_median']:.0f} | {v['cold_over_warm']:.2f} | "
+          f"{v['cold_vs_upstream']:.2f}x | {v['warm_vs_upstream']:.2f}x | {v['cold_vs_no_prefetch']:.2f}x | "
+          f"{v['max_rss_mib_median']:,.0f} MiB |")
+if up["decode"]:
+    print(f"\n{up['decode']} greedy decode steps after the prefill (ms per token, medians; PLE gathers: ms in the cold run)\n")
+    print("| arm | cold decode | warm decode | cold prefill PLE gathers | cold decode PLE gathers |")
+    print("|---|---:|---:|---:|---:|")
+    for arm, v in res.items():
+        print(f"| {arm} | {v['cold_decode_ms_median']:.2f} | {v['warm_decode_ms_median']:.2f} | "
+              f"{med(v['cold_prefill_gather_ms']):.1f} | {med(v['cold_decode_gather_ms']):.1f} |")
+out = {"table_bytes": table_bytes, "runs": runs, "arms": res}
+json.dump(out, open(f"{w}/speed.json", "w"), indent=1)
 print(f"\n(all runs in {w}/speed.json)")
+if report:
+    out.update({"command": command, "commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "loadavg_before": load_before, "loadavg_after": load_after, "cpus": os.cpu_count()})
+    json.dump(out, open(report, "w"), indent=1)
+    print(f"(report in {report})")
 EOF
