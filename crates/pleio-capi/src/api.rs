@@ -308,19 +308,18 @@ impl TableState {
         Ok(need)
     }
 
-    /// Runs `f` on `ids` checked (negative or past the end is an error
-    /// naming the id) and widened to the engine's row ids, in this thread's
-    /// reused buffer.
+    /// Runs `f` on `ids` copied once into this thread's reused buffer,
+    /// then checked there (negative or past the end is an error naming the
+    /// id) and widened to the engine's row ids. `f` never sees the
+    /// caller's memory: a caller thread that rewrites its ids during the
+    /// call cannot turn checked ids into unchecked ones (issue 26), it only
+    /// changes which rows are gathered.
     #[inline]
     fn with_rows<I: RowId, R>(
         &self,
         ids: &[I],
         f: impl FnOnce(&[u64]) -> Result<R, pleio::Error>,
     ) -> Result<R, Failure> {
-        if let Some(rows) = I::as_rows(ids) {
-            // the gather checks them itself
-            return Ok(f(rows)?);
-        }
         ROWS.with(|cell| {
             let mut rows = cell.take();
             let r = self.table.rows_from(ids, &mut rows).and_then(|()| f(&rows));
