@@ -38,9 +38,12 @@ lines=$(grep -c . "$now" || true)
 # Declared items: modules, types, variants, fields, inherent methods,
 # traits and their methods, consts; not impl lines nor the members of
 # trait impls (Clone::clone, Debug::fmt, ...).
+# A trait impl's members are the lines right after it that name its type
+# (`impl Clone for pleio::Dtype` then `pub fn pleio::Dtype::clone`), so an
+# item declared after them (`pub type pleio::Result`) still counts.
 items=$(awk '
-    /^impl/ { in_trait = index($0, " for ") > 0; next }
-    in_trait && /^pub (fn|type|const) / { next }
+    /^impl/ { p = index($0, " for "); in_trait = p > 0; ty = substr($0, p + 5); next }
+    in_trait && /^pub (fn|type|const) / && index($0, " " ty "::") { next }
     { in_trait = 0; n++ }
     END { print n + 0 }' "$now")
 echo "pleio public API: $items declared items, $lines lines (cargo public-api -ss, default features)"

@@ -84,30 +84,58 @@ pub struct pleio_stats {
     pub backend: [c_char; 16],
 }
 
+/// The `GatherStats::fields` names `pleio_stats` has a member for (the
+/// others, such as the `cached` counters, are not in the C ABI).
+#[cfg(test)]
+const STATS_FIELDS: [&str; 13] = [
+    "rows",
+    "bytes",
+    "cold_rows",
+    "found_resident",
+    "read_requests",
+    "read_bytes",
+    "runs_advised",
+    "advice_syscalls",
+    "advice_failures",
+    "pages",
+    "major_faults",
+    "fallback",
+    "rearmed",
+];
+
 impl From<GatherStats> for pleio_stats {
     fn from(s: GatherStats) -> pleio_stats {
         let mut backend = [0 as c_char; 16];
-        let name = s.backend.unwrap_or("").as_bytes();
+        let name = s.backend().unwrap_or("").as_bytes();
         for (d, &b) in backend.iter_mut().zip(name.iter().take(15)) {
             *d = b as c_char;
         }
-        let signed = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
-        pleio_stats {
-            rows: s.rows,
-            bytes: s.bytes,
-            cold_rows: s.cold_rows,
-            found_resident: s.found_resident,
-            read_requests: s.read_requests,
-            read_bytes: s.read_bytes,
-            runs_advised: s.runs_advised,
-            advice_syscalls: s.advice_syscalls,
-            advice_failures: s.advice_failures,
-            pages: signed(s.pages),
-            major_faults: signed(s.major_faults),
-            fallback: u32::from(s.fallback),
-            rearmed: u32::from(s.rearmed),
+        let mut out = pleio_stats {
             backend,
+            ..pleio_stats::default()
+        };
+        for (name, v) in s.fields() {
+            let count = v.unwrap_or(0);
+            let signed = v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
+            let flag = u32::from(count != 0);
+            match name {
+                "rows" => out.rows = count,
+                "bytes" => out.bytes = count,
+                "cold_rows" => out.cold_rows = count,
+                "found_resident" => out.found_resident = count,
+                "read_requests" => out.read_requests = count,
+                "read_bytes" => out.read_bytes = count,
+                "runs_advised" => out.runs_advised = count,
+                "advice_syscalls" => out.advice_syscalls = count,
+                "advice_failures" => out.advice_failures = count,
+                "pages" => out.pages = signed,
+                "major_faults" => out.major_faults = signed,
+                "fallback" => out.fallback = flag,
+                "rearmed" => out.rearmed = flag,
+                _ => {}
+            }
         }
+        out
     }
 }
 
@@ -151,11 +179,10 @@ pub fn open(path: &Path, tensor: Option<&str>, strategy: Option<&str>) -> Result
         None => Strategy::default(),
         Some(s) => s.parse::<Strategy>().map_err(Failure::argument)?,
     };
-    let table = match tensor {
-        None => Table::open(path)?,
-        Some(t) => OpenOptions::new().tensor(t).open(path)?,
-    }
-    .with_strategy(strategy);
+    let table = OpenOptions::new()
+        .tensor(tensor)
+        .strategy(strategy)
+        .open(path)?;
     register(table)
 }
 
@@ -184,8 +211,8 @@ pub fn open_ex(path: &Path, o: &OpenEx<'_>) -> Result<usize, Failure> {
         Some(r) => r.parse::<Rounding>().map_err(Failure::argument)?,
     };
     let table = OpenOptions::new()
-        .tensor_opt(o.tensor)
-        .layer_opt(o.layer)
+        .tensor(o.tensor)
+        .layer(o.layer)
         .strategy(strategy)
         .rounding(rounding)
         .open(path)?;
@@ -202,7 +229,7 @@ fn register(table: Table) -> Result<usize, Failure> {
         cstring(table.type_name()),
         cstring(table.name()),
         cstring(&table.path().to_string_lossy()),
-        cstring(table.strategy().name()),
+        cstring(&table.strategy().to_string()),
         cstring(arch),
     ];
     TABLES.insert(TableState {
@@ -281,19 +308,18 @@ impl TableState {
         Ok(need)
     }
 
-    /// Runs `f` on `ids` checked (negative or past the end is an error
-    /// naming the id) and widened to the engine's row ids, in this thread's
-    /// reused buffer.
+    /// Runs `f` on `ids` copied once into this thread's reused buffer,
+    /// then checked there (negative or past the end is an error naming the
+    /// id) and widened to the engine's row ids. `f` never sees the
+    /// caller's memory: a caller thread that rewrites its ids during the
+    /// call cannot turn checked ids into unchecked ones (issue 26), it only
+    /// changes which rows are gathered.
     #[inline]
     fn with_rows<I: RowId, R>(
         &self,
         ids: &[I],
         f: impl FnOnce(&[u64]) -> Result<R, pleio::Error>,
     ) -> Result<R, Failure> {
-        if let Some(rows) = I::as_rows(ids) {
-            // the gather checks them itself
-            return Ok(f(rows)?);
-        }
         ROWS.with(|cell| {
             let mut rows = cell.take();
             let r = self.table.rows_from(ids, &mut rows).and_then(|()| f(&rows));
@@ -426,5 +452,23 @@ impl SequenceState {
     /// Forgets the stream's history: the next token starts a new sequence.
     pub fn reset(&self) {
         self.seq.lock().unwrap_or_else(|e| e.into_inner()).reset();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every member of `pleio_stats` is filled from a `GatherStats::fields`
+    /// name: a renamed or dropped counter would otherwise read as 0.
+    #[test]
+    fn stats_members_are_gather_stats_fields() {
+        let names: Vec<&str> = GatherStats::default().fields().map(|(n, _)| n).collect();
+        for want in STATS_FIELDS {
+            assert!(names.contains(&want), "GatherStats::fields has no {want:?}");
+        }
+        // Unmeasured counters are -1 in C.
+        let c = pleio_stats::from(GatherStats::default());
+        assert_eq!((c.pages, c.major_faults, c.rows), (-1, -1, 0));
     }
 }

@@ -591,7 +591,9 @@ unsafe fn gather_common<I: pleio::RowId>(
 /// `ids` must point at `n` readable `int64_t`, `out` at `out_bytes`
 /// writable bytes not overlapping `ids`, and `stats_or_null` be NULL or
 /// point at a writable `pleio_stats`; none may be written by another thread
-/// during the call.
+/// during the call. (The ids are copied once, then checked and used from
+/// the copy: a thread rewriting them anyway changes which rows are
+/// gathered, or makes the call fail, never reads outside the table.)
 #[no_mangle]
 pub unsafe extern "C" fn pleio_gather(
     t: *mut pleio_table,
@@ -604,21 +606,12 @@ pub unsafe extern "C" fn pleio_gather(
 ) -> c_int {
     guard(|| {
         // SAFETY: the caller promises `n` readable int64_t at `ids`.
-        let signed = unsafe { slice(ids, n, "ids") }?;
-        // One OR over the ids (vectorized): the sign bit of any negative id.
-        if signed.iter().fold(0, |acc, &id| acc | id) >= 0 {
-            // Non-negative int64_t ids have the bits of their uint64_t
-            // values: gathered in place, without widening.
-            // SAFETY: u64 has the size and alignment of i64 and every bit
-            // pattern is valid; the slice is the caller's, forwarded.
-            let rows = unsafe { std::slice::from_raw_parts(signed.as_ptr().cast::<u64>(), n) };
-            // SAFETY: the caller's promise, forwarded.
-            unsafe { gather_common(t, rows, dtype, out, out_bytes, stats_or_null) }
-        } else {
-            // The engine names the negative id.
-            // SAFETY: the caller's promise, forwarded.
-            unsafe { gather_common(t, signed, dtype, out, out_bytes, stats_or_null) }
-        }
+        let ids = unsafe { slice(ids, n, "ids") }?;
+        // Copied once, then checked and gathered from the copy (as every
+        // id type is): ids rewritten by another thread during the call
+        // are never read again after their check.
+        // SAFETY: the caller's promise, forwarded.
+        unsafe { gather_common(t, ids, dtype, out, out_bytes, stats_or_null) }
     })
 }
 

@@ -218,3 +218,85 @@ fn rows_written_inside_the_rows_is_refused_before_writing() {
     pleio_sequence_free(s);
     pleio_close(t);
 }
+
+#[test]
+fn ids_rewritten_during_a_gather_are_checked_where_they_are_read() {
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_file, path) = fixture();
+    const N: usize = 4096;
+    // The caller's ids, rewritten by another thread between a valid id
+    // and 2^40 while the gathers run (issue 26: the ids were checked in
+    // the caller's memory, then read again from it).
+    let ids: Arc<Vec<AtomicI64>> =
+        Arc::new((0..N as i64).map(|i| AtomicI64::new(i % 2000)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let flipper = {
+        let (ids, stop) = (ids.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut bad = false;
+            while !stop.load(Ordering::Relaxed) {
+                bad = !bad;
+                for (i, id) in ids.iter().enumerate() {
+                    id.store(
+                        if bad { 1 << 40 } else { i as i64 % 2000 },
+                        Ordering::Relaxed,
+                    );
+                }
+            }
+        })
+    };
+    let mut outcomes = [0usize; 2];
+    for strategy in ["fault", "advise", "auto", "pread"] {
+        let strategy_c = CString::new(strategy).unwrap();
+        let opts = pleio_open_options {
+            size: std::mem::size_of::<pleio_open_options>(),
+            tensor: std::ptr::null(),
+            strategy: strategy_c.as_ptr(),
+            layer: -1,
+            rounding: std::ptr::null(),
+        };
+        let mut t = null_mut();
+        // SAFETY: a NUL-terminated path, options of their own size, a
+        // writable out pointer.
+        assert_eq!(unsafe { pleio_open_ex(path.as_ptr(), &opts, &mut t) }, 0);
+        let mut row_bytes = 0usize;
+        // SAFETY: a writable out pointer.
+        assert_eq!(
+            unsafe { pleio_out_bytes(t, DtypeArg(0), 1, &mut row_bytes) },
+            0
+        );
+        let mut out = vec![0f32; N * row_bytes / 4];
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(400) {
+            // SAFETY: `N` readable int64_t (AtomicI64 has i64's layout;
+            // the other thread's stores are what a racing C caller does)
+            // and a live output of the size passed.
+            let rc = unsafe {
+                pleio_gather(
+                    t,
+                    ids.as_ptr().cast::<i64>(),
+                    N,
+                    DtypeArg(0),
+                    out.as_mut_ptr().cast(),
+                    std::mem::size_of_val(&out[..]),
+                    null_mut(),
+                )
+            };
+            if rc == 0 {
+                outcomes[0] += 1;
+            } else {
+                assert_eq!(rc, Status::PLEIO_ERR_ROW_OUT_OF_RANGE as i32, "{strategy}");
+                outcomes[1] += 1;
+            }
+        }
+        pleio_close(t);
+    }
+    stop.store(true, Ordering::Relaxed);
+    flipper.join().unwrap();
+    // Reaching here is the test (before the fix: SIGSEGV in `fault`);
+    // both outcomes occurred, so the ids did change under the gathers.
+    assert!(outcomes[1] > 0, "no gather saw a bad id: {outcomes:?}");
+}

@@ -64,9 +64,27 @@ fn main() {
         if e.chain().any(is_broken_pipe) {
             std::process::exit(CLOSED_STDOUT_STATUS);
         }
-        eprintln!("pleio: error: {e:#}");
+        eprintln!("pleio: error: {}", error_text(&e));
         std::process::exit(2);
     }
+}
+
+/// The error and its causes on one line, each once: a cause whose text the
+/// line holds already (an error that embeds its source's message and also
+/// returns it from `source()`) is not printed again.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if part.is_empty() || text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }
 
 /// The exit status when the reader of standard output went away: what a
@@ -112,5 +130,43 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(a) => cmd::bench::run(a),
         Command::CacheSim(a) => cmd::cache_sim::run(a),
         Command::Warm(a) => cmd::warm::run(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    /// An error that embeds its source's text and also returns it (as
+    /// thiserror's `#[error("{path}: {source}")]` with `#[source]` does).
+    #[derive(Debug)]
+    struct Embeds {
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Embeds {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "out/ck: {}", self.source)
+        }
+    }
+
+    impl std::error::Error for Embeds {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_is_printed_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        let e = anyhow::Error::new(Embeds { source: io }).context("writing the checkpoint");
+        // `{:#}` gave "writing the checkpoint: out/ck: No such file or
+        // directory: No such file or directory".
+        assert_eq!(
+            error_text(&e),
+            "writing the checkpoint: out/ck: No such file or directory"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_text(&plain), "outer: inner");
     }
 }

@@ -19,7 +19,7 @@ pub struct LayerArg {
 impl LayerArg {
     /// The open options: this layer and `tensor`, if given.
     pub fn options(&self, tensor: Option<&str>) -> OpenOptions {
-        OpenOptions::new().layer_opt(self.layer).tensor_opt(tensor)
+        OpenOptions::new().layer(self.layer).tensor(tensor)
     }
 
     /// Opens the table at `path` (the error names the file, tensor and

@@ -325,3 +325,34 @@ fn a_missing_file_is_named_once() {
         assert_eq!(e.matches("nope.gguf").count(), 1, "{args:?}: {e}");
     }
 }
+
+#[test]
+fn a_checkpoint_synth_io_error_names_its_cause_once() {
+    // Errors that embed their cause and also return it as `source()` were
+    // printed with the cause twice ("...: Not a directory (os error 20):
+    // Not a directory (os error 20)").
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let file = d.join("plain");
+    std::fs::write(&file, "x").unwrap();
+    let q = synth(d, "2000");
+    let (ck, gguf, rows) = (file.join("ck"), file.join("q.gguf"), file.join("r.bin"));
+    let runs: [&[&str]; 3] = [
+        &[
+            "synth",
+            "--format",
+            "safetensors",
+            "--rows",
+            "3000",
+            "-o",
+            p(&ck),
+        ],
+        &["synth", "--rows", "2000", "-o", p(&gguf)],
+        &["gather", p(&q), "--rows", "1", "-o", p(&rows)],
+    ];
+    for args in runs {
+        let e = fails(args);
+        assert_eq!(e.matches("(os error").count(), 1, "{args:?}: {e}");
+        assert!(!e.contains("Some("), "{args:?}: {e}");
+    }
+}

@@ -152,10 +152,7 @@ fn gather_and_rows_read_the_layer_asked_for() {
             .iter()
             .flat_map(|t| t.as_array().unwrap().iter().map(|v| v.as_u64().unwrap()))
             .collect();
-        let table = pleio::OpenOptions::new()
-            .layer_opt(layer)
-            .open(&ck)
-            .unwrap();
+        let table = pleio::OpenOptions::new().layer(layer).open(&ck).unwrap();
         let mut want = Vec::new();
         table
             .row_ids()

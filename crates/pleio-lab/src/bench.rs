@@ -608,7 +608,7 @@ impl Bench {
     /// Opens the PLE table (or `tensor`) of the GGUF file or safetensors
     /// checkpoint at `path`.
     pub fn open(path: &Path, tensor: Option<&str>) -> Result<Bench, BenchError> {
-        Bench::open_with(path, &pleio::OpenOptions::new().tensor_opt(tensor))
+        Bench::open_with(path, &pleio::OpenOptions::new().tensor(tensor))
     }
 
     /// [`Bench::open`] with every open option (tensor, PLE layer, ...).

@@ -427,7 +427,7 @@ impl<'py> OutBuf<'py> {
         if !ok || dt.is_native_byteorder() == Some(false) {
             return Err(out_err(format!(
                 "out has dtype {dt} but dtype={:?} needs {wanted}",
-                dtype.name()
+                dtype.to_string()
             )));
         }
         if !arr.is_c_contiguous() {

@@ -474,7 +474,7 @@ impl<'py> DlView<'py> {
             return Err(err(format!(
                 "out has dtype {} but dtype={:?} needs {wanted}",
                 self.dtype_name(),
-                dtype.name()
+                dtype.to_string()
             )));
         }
         self.check_host(py, "out")?;

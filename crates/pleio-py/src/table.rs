@@ -145,8 +145,8 @@ pub fn open(
             .parse()
             .map_err(PyValueError::new_err)?;
         let mut opts = OpenOptions::new()
-            .tensor_opt(tensor.as_deref())
-            .layer_opt(layer)
+            .tensor(tensor.as_deref())
+            .layer(layer)
             .strategy(strategy)
             .rounding(rounding);
         if let Some(bytes) = budget {
@@ -302,14 +302,14 @@ impl Table {
 
     /// The strategy gathers use.
     #[getter]
-    fn strategy(&self) -> &'static str {
-        self.table.strategy().name()
+    fn strategy(&self) -> String {
+        self.table.strategy().to_string()
     }
 
     /// The rounding rule of 16-bit outputs ("exact", "vllm", "mlx").
     #[getter]
-    fn rounding(&self) -> &'static str {
-        self.rounding.name()
+    fn rounding(&self) -> String {
+        self.rounding.to_string()
     }
 
     /// Whether a file shrinking or failing under the mapped strategies is
@@ -359,7 +359,7 @@ impl Table {
             t.rows(),
             t.row_elems(),
             t.row_bytes(),
-            t.strategy().name(),
+            t.strategy(),
             t.path().display().to_string()
         )
     }
@@ -563,8 +563,11 @@ impl Sequence {
             let tokens = Ints::extract(tokens, "tokens")?.slice().tokens()?;
             let mut seq = self.seq.lock().unwrap_or_else(|e| e.into_inner());
             let per = seq.rows_per_token();
-            let mut rows = Vec::new();
-            seq.map_tokens(&tokens, &mut rows).py_err(py)?;
+            let n = tokens.len().checked_mul(per).ok_or_else(|| {
+                PyValueError::new_err(format!("{} tokens: too many row ids", tokens.len()))
+            })?;
+            let mut rows = vec![0u64; n];
+            seq.map_into(&tokens, &mut rows).py_err(py)?;
             drop(seq);
             let ids: Vec<i64> = rows.into_iter().map(|r| r as i64).collect();
             Ok(PyArray1::from_vec(py, ids)

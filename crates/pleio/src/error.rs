@@ -98,7 +98,9 @@ impl Error {
         self.offset
     }
 
-    /// The lower layer's error this one wraps.
+    /// The lower layer's error this one wraps (the tests match on it; an
+    /// engine has `kind()`, the accessors and the message).
+    #[cfg(feature = "internals")]
     pub fn inner(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
         &*self.inner
     }

@@ -39,6 +39,22 @@
     )
 )]
 
+// A struct of counters whose fields are public with the `internals`
+// feature (the lab, the CLI and the tests read them directly) and
+// crate-private without: an engine reads the accessors and `fields()`.
+macro_rules! counters {
+    ($(#[$attr:meta])* pub struct $name:ident {
+        $($(#[$fattr:meta])* $field:ident: $ty:ty,)*
+    }) => {
+        #[cfg(feature = "internals")]
+        $(#[$attr])*
+        pub struct $name { $($(#[$fattr])* pub $field: $ty,)* }
+        #[cfg(not(feature = "internals"))]
+        $(#[$attr])*
+        pub struct $name { $($(#[$fattr])* pub(crate) $field: $ty,)* }
+    };
+}
+
 mod error;
 mod open;
 mod output;

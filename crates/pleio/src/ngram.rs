@@ -924,8 +924,10 @@ impl OwnedSequence {
 
     /// Appends the row ids of `tokens` to `out`, token-major (allocating
     /// only when `out` lacks capacity). On error `out` is left as it was
-    /// and the stream does not advance.
-    pub fn map_tokens(&mut self, tokens: &[u32], out: &mut Vec<u64>) -> Result<(), Error> {
+    /// and the stream does not advance. (An engine uses
+    /// [`OwnedSequence::map_into`].)
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn map_tokens(&mut self, tokens: &[u32], out: &mut Vec<u64>) -> Result<(), Error> {
         Ok(RowMapper::map_tokens(self, tokens, out)?)
     }
 }

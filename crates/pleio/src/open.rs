@@ -36,29 +36,18 @@ impl OpenOptions {
 
     /// Opens the 2-D tensor `name` of a GGUF file instead of its PLE table
     /// (a checkpoint has only its PLE tables: naming a tensor is an error).
-    pub fn tensor(mut self, name: impl Into<String>) -> OpenOptions {
-        self.tensor = Some(name.into());
-        self
-    }
-
-    /// [`tensor`](Self::tensor) when `Some`.
-    pub fn tensor_opt(mut self, name: Option<&str>) -> OpenOptions {
-        self.tensor = name.map(str::to_owned);
+    /// `None` is the default, the PLE table.
+    pub fn tensor<'a>(mut self, name: impl Into<Option<&'a str>>) -> OpenOptions {
+        self.tensor = name.into().map(str::to_owned);
         self
     }
 
     /// Opens the PLE table of decoder layer `layer` (0-based, as
     /// `model.model.layers[layer]` in transformers; its `ple_layer_ids`
     /// are 1-based). A layer that holds no PLE table is an error naming
-    /// the layers that do.
-    pub fn layer(mut self, layer: u64) -> OpenOptions {
-        self.layer = Some(layer);
-        self
-    }
-
-    /// [`layer`](Self::layer) when `Some`.
-    pub fn layer_opt(mut self, layer: Option<u64>) -> OpenOptions {
-        self.layer = layer;
+    /// the layers that do. `None` is the default (see the type).
+    pub fn layer(mut self, layer: impl Into<Option<u64>>) -> OpenOptions {
+        self.layer = layer.into();
         self
     }
 

@@ -145,10 +145,13 @@ pub enum Dtype {
 
 impl Dtype {
     /// Every output type.
-    pub const ALL: &'static [Dtype] = &[Dtype::F32, Dtype::Bf16, Dtype::F16, Dtype::Raw];
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) const ALL: &'static [Dtype] = &[Dtype::F32, Dtype::Bf16, Dtype::F16, Dtype::Raw];
 
-    /// The name used on the command line and in the bindings.
-    pub fn name(self) -> &'static str {
+    /// The name used on the command line and in the bindings (an engine
+    /// has `Display`).
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Dtype::F32 => "f32",
             Dtype::Bf16 => "bf16",

@@ -34,10 +34,9 @@ struct Catalog {
 impl Catalog {
     /// From an index: names from its weight map, headers read on demand.
     fn from_index(index_path: &Path) -> Result<Catalog, CheckpointError> {
-        let index = WeightIndex::open(index_path)?;
+        let (files, names) = WeightIndex::open(index_path)?.into_parts();
         let dir = parent(index_path);
-        let files: Vec<PathBuf> = index.files().iter().map(|f| dir.join(f)).collect();
-        let names = index.entries().map(|(t, f)| (t.to_owned(), f)).collect();
+        let files: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
         Ok(Catalog {
             dir,
             headers: vec![None; files.len()],

@@ -477,7 +477,9 @@ impl Prefetch {
     /// Like [`Prefetch::wait`], but copies the batch as the bytes of its
     /// dtype (f32 rows as little-endian floats) into `out`, which must hold
     /// exactly [`crate::Table::out_bytes`]`(dtype, rows)`. On error `out`
-    /// is untouched.
+    /// is untouched. (With `internals`: an engine uses [`Prefetch::wait`]
+    /// and [`Prefetched::bytes`].)
+    #[cfg(feature = "internals")]
     pub fn wait_into_bytes(self, out: &mut [u8]) -> Result<Prefetched, Error> {
         let shared = self.shared.clone();
         let mut p = self.take()?;

@@ -95,7 +95,8 @@ pub enum Strategy {
 
 impl Strategy {
     /// Every strategy this build has.
-    pub const ALL: &'static [Strategy] = &[
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) const ALL: &'static [Strategy] = &[
         Strategy::Fault,
         Strategy::Advise,
         Strategy::Pread,
@@ -106,8 +107,9 @@ impl Strategy {
         Strategy::Cached,
     ];
 
-    /// The name used on the command line.
-    pub fn name(self) -> &'static str {
+    /// The name used on the command line (an engine has `Display`).
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Strategy::Fault => "fault",
             Strategy::Advise => "advise",
@@ -248,75 +250,130 @@ fn display_path(path: &Path) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// What one gather did. New counters may be added: build one with
-/// `GatherStats::default()` and read its fields.
+counters! {
+/// What one gather did: [`GatherStats::rows`], [`GatherStats::bytes`],
+/// [`GatherStats::backend`], and every counter by name in
+/// [`GatherStats::fields`]. New counters may be added.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GatherStats {
     /// Row ids requested (duplicates counted).
-    pub rows: u64,
+    rows: u64,
     /// Row bytes copied out of the file (duplicates counted).
-    pub bytes: u64,
+    bytes: u64,
     /// Distinct pages the rows touch (with detailed stats).
-    pub pages: Option<u64>,
+    pages: Option<u64>,
     /// Page runs handed to the kernel as advice.
-    pub runs_advised: u64,
+    runs_advised: u64,
     /// Advice system calls made.
-    pub advice_syscalls: u64,
+    advice_syscalls: u64,
     /// Runs (or calls) whose advice the kernel refused; those rows were
     /// demand-paged, the output is unaffected.
-    pub advice_failures: u64,
+    advice_failures: u64,
     /// Major page faults taken by the gathering thread during the gather
     /// (with detailed stats, where the OS can tell).
-    pub major_faults: Option<u64>,
+    major_faults: Option<u64>,
     /// Rows (duplicates counted) fetched cold: with positioned reads for the
     /// direct strategies and the row-cache misses of `cached`; the rows
     /// believed cold (advised, then mapped) for `auto`.
-    pub cold_rows: u64,
+    cold_rows: u64,
     /// `auto` only: rows the residency bitmap did not know that a probe
     /// found in the page cache; they were decoded from the mapping.
-    pub found_resident: u64,
+    found_resident: u64,
     /// Read requests issued (syscalls or ring entries, resubmits included).
-    pub read_requests: u64,
+    read_requests: u64,
     /// Bytes asked of the file by those reads (coalescing gaps and
     /// `O_DIRECT` alignment slack included).
-    pub read_bytes: u64,
+    read_bytes: u64,
     /// The read backend that served the reads, if any (`pread`, `uring`,
     /// `uring-direct`, `pool`).
-    pub backend: Option<&'static str>,
+    backend: Option<&'static str>,
     /// True when the strategy's backend was unavailable (io_uring disabled,
     /// `O_DIRECT` refused) and a fallback served the reads.
-    pub fallback: bool,
+    fallback: bool,
     /// `auto` only: a warm-believed part of the batch was slow and a probe
     /// confirmed pages had been evicted behind pleio's back, so the
     /// residency bitmap was reset and those rows were read as cold.
-    pub rearmed: bool,
+    rearmed: bool,
     /// `cached` only: distinct rows of the gather served from the row cache
     /// (a row another gather was reading at the time counts here once it
     /// arrives: it was read once, for both).
-    pub cache_hits: u64,
+    cache_hits: u64,
     /// `cached` only: distinct rows read from the device (with `O_DIRECT`,
     /// [`GatherStats::read_bytes`] is then what the device delivered).
-    pub cache_misses: u64,
+    cache_misses: u64,
     /// `cached` only: rows evicted from the cache to make room.
-    pub cache_evictions: u64,
+    cache_evictions: u64,
     /// `cached` only: bytes of rows in the cache after the gather.
-    pub cache_bytes: Option<u64>,
+    cache_bytes: Option<u64>,
     /// 1 if the gather found pleio's `SIGBUS` handler displaced by the
     /// host's (see [`Table::sigbus_guard`]; 0 if it read no mapping).
-    pub guard_displaced: u64,
+    guard_displaced: u64,
     /// 1 if it then installed the handler again (the host had restored the
     /// default disposition).
-    pub guard_reinstalled: u64,
+    guard_reinstalled: u64,
     /// 1 if it read mapped rows with `pread` instead (another handler had
     /// displaced pleio's, or the thread had a `SIGBUS` pending and blocked).
-    pub guard_fallbacks: u64,
+    guard_fallbacks: u64,
+}
 }
 
 impl GatherStats {
+    /// Row ids requested (duplicates counted).
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Row bytes copied out of the file (duplicates counted).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The read backend that served the reads, if any (`pread`, `uring`,
+    /// `uring-direct`, `pool`).
+    pub fn backend(&self) -> Option<&'static str> {
+        self.backend
+    }
+
+    /// Every counter with its name, in a fixed order, for reports and
+    /// bindings: `None` for one not measured (`pages`, `major_faults`
+    /// without detailed stats; `cache_bytes` outside `cached`), flags as 0
+    /// or 1. The names are the fields' (see their docs): `rows`, `bytes`,
+    /// `pages`, `runs_advised`, `advice_syscalls`, `advice_failures`,
+    /// `major_faults`, `cold_rows`, `found_resident`, `read_requests`,
+    /// `read_bytes`, `fallback`, `rearmed`, `cache_hits`, `cache_misses`,
+    /// `cache_evictions`, `cache_bytes`, `guard_displaced`,
+    /// `guard_reinstalled`, `guard_fallbacks`.
+    pub fn fields(&self) -> impl Iterator<Item = (&'static str, Option<u64>)> {
+        [
+            ("rows", Some(self.rows)),
+            ("bytes", Some(self.bytes)),
+            ("pages", self.pages),
+            ("runs_advised", Some(self.runs_advised)),
+            ("advice_syscalls", Some(self.advice_syscalls)),
+            ("advice_failures", Some(self.advice_failures)),
+            ("major_faults", self.major_faults),
+            ("cold_rows", Some(self.cold_rows)),
+            ("found_resident", Some(self.found_resident)),
+            ("read_requests", Some(self.read_requests)),
+            ("read_bytes", Some(self.read_bytes)),
+            ("fallback", Some(u64::from(self.fallback))),
+            ("rearmed", Some(u64::from(self.rearmed))),
+            ("cache_hits", Some(self.cache_hits)),
+            ("cache_misses", Some(self.cache_misses)),
+            ("cache_evictions", Some(self.cache_evictions)),
+            ("cache_bytes", self.cache_bytes),
+            ("guard_displaced", Some(self.guard_displaced)),
+            ("guard_reinstalled", Some(self.guard_reinstalled)),
+            ("guard_fallbacks", Some(self.guard_fallbacks)),
+        ]
+        .into_iter()
+    }
+
     /// Adds the counters of `o` (for totals over many gathers); `pages`,
     /// `major_faults` and `cache_bytes` take the later value, flags are
     /// or-ed.
+    #[cfg(feature = "internals")]
     pub fn add(&mut self, o: &GatherStats) {
         let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(a), Some(b)) => Some(a + b),
@@ -651,7 +708,8 @@ impl Table {
 
     /// Uses `strategy` for [`Table::gather`] and [`Table::gather_as`]
     /// (default [`Strategy::Auto`]).
-    pub fn with_strategy(mut self, strategy: Strategy) -> Table {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn with_strategy(mut self, strategy: Strategy) -> Table {
         self.strategy = strategy;
         self
     }
@@ -840,7 +898,8 @@ impl Table {
 
     /// The path the table was opened from: the GGUF file holding it, or the
     /// checkpoint directory, index, file or manifest given.
-    pub fn source_path(&self) -> &Path {
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn source_path(&self) -> &Path {
         match &self.shared.source {
             Source::Model(_) => self.path(),
             Source::Checkpoint { path, .. } => path,

@@ -5,47 +5,70 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::GatherStats;
 
+counters! {
 /// Sums of [`GatherStats`] over every successful gather of one table since
-/// it was opened.
+/// it was opened: [`GatherTotals::gathers`], [`GatherTotals::rows`],
+/// [`GatherTotals::bytes`], and every total by name in
+/// [`GatherTotals::fields`]. New totals may be added.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GatherTotals {
     /// Gathers that succeeded.
-    pub gathers: u64,
+    gathers: u64,
     /// Row ids gathered (duplicates counted).
-    pub rows: u64,
+    rows: u64,
     /// Row bytes copied out of the file.
-    pub bytes: u64,
+    bytes: u64,
     /// Rows fetched with positioned reads rather than through the mapping.
-    pub cold_rows: u64,
+    cold_rows: u64,
     /// `auto`: rows found in the page cache by `mincore`.
-    pub found_resident: u64,
+    found_resident: u64,
     /// Read requests issued.
-    pub read_requests: u64,
+    read_requests: u64,
     /// Bytes asked of the file by those reads.
-    pub read_bytes: u64,
+    read_bytes: u64,
     /// Page runs advised.
-    pub runs_advised: u64,
+    runs_advised: u64,
     /// Advice system calls.
-    pub advice_syscalls: u64,
+    advice_syscalls: u64,
     /// Advice the kernel refused.
-    pub advice_failures: u64,
+    advice_failures: u64,
     /// Gathers served by a fallback backend.
-    pub fallbacks: u64,
+    fallbacks: u64,
     /// `auto` gathers that found pages evicted behind its back.
-    pub rearms: u64,
+    rearms: u64,
     /// Gathers that found pleio's `SIGBUS` handler displaced by the host's.
-    pub guard_displaced: u64,
+    guard_displaced: u64,
     /// Gathers that installed it again (over a restored default).
-    pub guard_reinstalled: u64,
+    guard_reinstalled: u64,
     /// Gathers that read mapped rows with `pread` instead (the handler
     /// displaced by another one).
-    pub guard_fallbacks: u64,
+    guard_fallbacks: u64,
+}
 }
 
 impl GatherTotals {
-    /// Every total with its name, for reports and bindings.
-    pub fn fields(&self) -> [(&'static str, u64); 15] {
+    /// Gathers that succeeded.
+    pub fn gathers(&self) -> u64 {
+        self.gathers
+    }
+
+    /// Row ids gathered (duplicates counted).
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Row bytes copied out of the file.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Every total with its name, in a fixed order, for reports and
+    /// bindings (pleio-py's `stats()` dict): `gathers`, `rows`, `bytes`,
+    /// `cold_rows`, `found_resident`, `read_requests`, `read_bytes`,
+    /// `runs_advised`, `advice_syscalls`, `advice_failures`, `fallbacks`,
+    /// `rearms`, `guard_displaced`, `guard_reinstalled`, `guard_fallbacks`.
+    pub fn fields(&self) -> impl Iterator<Item = (&'static str, u64)> {
         [
             ("gathers", self.gathers),
             ("rows", self.rows),
@@ -63,6 +86,7 @@ impl GatherTotals {
             ("guard_reinstalled", self.guard_reinstalled),
             ("guard_fallbacks", self.guard_fallbacks),
         ]
+        .into_iter()
     }
 }
 

@@ -37,8 +37,10 @@ impl Rounding {
     /// Every rule.
     pub const ALL: &'static [Rounding] = &[Rounding::Exact, Rounding::Vllm, Rounding::Mlx];
 
-    /// The name used on the command line and in the bindings.
-    pub fn name(self) -> &'static str {
+    /// The name used on the command line and in the bindings (an engine
+    /// has `Display`).
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Rounding::Exact => "exact",
             Rounding::Vllm => "vllm",

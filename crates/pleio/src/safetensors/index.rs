@@ -1,6 +1,8 @@
 //! `model.safetensors.index.json`: which file of a multi-file checkpoint
 //! holds each tensor.
 
+use std::borrow::Cow;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::path::{Component, Path};
 
@@ -22,30 +24,62 @@ pub struct WeightIndex {
 }
 
 #[derive(Deserialize)]
-struct RawIndex {
-    weight_map: Pairs,
+struct RawIndex<'a> {
+    #[serde(borrow)]
+    weight_map: Pairs<'a>,
 }
 
 /// A JSON object of strings, kept in order with duplicates (to refuse them).
-struct Pairs(Vec<(String, String)>);
+/// The strings borrow the file's bytes where they hold no escape: a 3M-entry
+/// index allocates once per tensor name (its key in the map), not three
+/// times per entry (issue 26).
+struct Pairs<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
 
-impl<'de> Deserialize<'de> for Pairs {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Pairs, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Pairs;
+impl<'de: 'a, 'a> Deserialize<'de> for Pairs<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Pairs<'a>, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Pairs<'a>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("an object mapping tensor names to file names")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Pairs, A::Error> {
-                let mut v = Vec::new();
-                while let Some(pair) = m.next_entry::<String, String>()? {
-                    v.push(pair);
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Pairs<'a>, A::Error> {
+                let mut v = Vec::with_capacity(m.size_hint().unwrap_or(0));
+                while let Some((k, f)) = m.next_entry::<Borrowed<'a>, Borrowed<'a>>()? {
+                    v.push((k.0, f.0));
                 }
                 Ok(Pairs(v))
             }
         }
-        d.deserialize_map(V)
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+/// A JSON string borrowed from the input when it has no escapes.
+struct Borrowed<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Borrowed<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Borrowed<'a>, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Borrowed<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Borrowed<'a>, E> {
+                Ok(Borrowed(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Borrowed<'a>, E> {
+                Ok(Borrowed(Cow::Owned(s.to_owned())))
+            }
+            fn visit_string<E>(self, s: String) -> Result<Borrowed<'a>, E> {
+                Ok(Borrowed(Cow::Owned(s)))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
     }
 }
 
@@ -56,25 +90,30 @@ impl WeightIndex {
         let bad = |message: String| SafetensorsError::BadIndex { message };
         let raw: RawIndex = serde_json::from_slice(json).map_err(|e| bad(e.to_string()))?;
         let mut files: Vec<String> = Vec::new();
-        let mut file_ids: HashMap<String, usize> = HashMap::new();
+        // Each distinct file is checked once, when first named.
+        let mut file_ids: HashMap<Cow<'_, str>, usize> = HashMap::new();
         let mut map = HashMap::with_capacity(raw.weight_map.0.len());
         for (tensor, file) in raw.weight_map.0 {
-            let file = file.as_str();
-            if !is_plain_relative(file) {
-                return Err(bad(format!(
-                    "weight_map[`{tensor}`] = {file:?} is not a relative path inside the checkpoint directory"
-                )));
-            }
-            let id = match file_ids.get(file) {
+            let id = match file_ids.get(&file) {
                 Some(&id) => id,
                 None => {
-                    files.push(file.to_owned());
-                    file_ids.insert(file.to_owned(), files.len() - 1);
+                    if !is_plain_relative(&file) {
+                        return Err(bad(format!(
+                            "weight_map[`{tensor}`] = {file:?} is not a relative path inside the checkpoint directory"
+                        )));
+                    }
+                    files.push(file.clone().into_owned());
+                    file_ids.insert(file, files.len() - 1);
                     files.len() - 1
                 }
             };
-            if map.insert(tensor.clone(), id).is_some() {
-                return Err(bad(format!("tensor `{tensor}` is mapped twice")));
+            match map.entry(tensor.into_owned()) {
+                Entry::Occupied(e) => {
+                    return Err(bad(format!("tensor `{}` is mapped twice", e.key())));
+                }
+                Entry::Vacant(e) => {
+                    e.insert(id);
+                }
             }
         }
         Ok(WeightIndex { files, map })
@@ -98,6 +137,12 @@ impl WeightIndex {
     /// Index into [`files`](Self::files) of the file holding `tensor`.
     pub fn file_of(&self, tensor: &str) -> Option<usize> {
         self.map.get(tensor).copied()
+    }
+
+    /// The files and the map of tensor names to indexes into them, taken
+    /// apart (the checkpoint's catalog keeps them without a copy).
+    pub fn into_parts(self) -> (Vec<String>, HashMap<String, usize>) {
+        (self.files, self.map)
     }
 
     /// Every (tensor, file index) pair, in no particular order.
