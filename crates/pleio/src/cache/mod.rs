@@ -22,6 +22,7 @@ mod index;
 mod policy;
 mod slots;
 
+use crate::sys::Zeroed;
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -245,7 +246,7 @@ type RowSet = HashSet<u64, BuildHasherDefault<RowHasher>>;
 /// One shard: slots, their bytes, and the rows being read for it.
 struct ShardState {
     slots: Slots,
-    data: Vec<u8>,
+    data: Zeroed<u8>,
     /// Rows claimed by a gather and not yet filled or abandoned.
     in_flight: RowSet,
 }
@@ -310,7 +311,7 @@ impl RowCache {
             .map(|_| Shard {
                 state: Mutex::new(ShardState {
                     slots: Slots::new(sizing.policy, sizing.slots_per_shard),
-                    data: vec![0; sizing.slots_per_shard * sizing.row_bytes],
+                    data: Zeroed::new(sizing.slots_per_shard * sizing.row_bytes),
                     in_flight: RowSet::default(),
                 }),
                 filled: Condvar::new(),
@@ -455,7 +456,7 @@ impl RowCache {
         let mut total = self.staging.allocated_bytes();
         for shard in self.shards.iter() {
             let st = Self::lock(shard);
-            total += st.data.capacity() as u64
+            total += st.data.len() as u64
                 + Slots::bytes_for(self.sizing.policy, st.slots.capacity())
                 + ALLOCS_PER_SHARD * ALLOC_OVERHEAD
                 + SHARD_FIXED;

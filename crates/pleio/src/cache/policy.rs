@@ -19,6 +19,7 @@
 //! Hits in CLOCK, SIEVE and S3-FIFO only set a bit or bump a counter; LRU
 //! relinks on every hit.
 
+use crate::sys::Zeroed;
 use std::fmt;
 use std::str::FromStr;
 
@@ -90,9 +91,9 @@ const NIL: u32 = u32::MAX;
 #[derive(Debug, Clone)]
 struct Links {
     /// Toward the head (newer).
-    prev: Vec<u32>,
+    prev: Zeroed<u32>,
     /// Toward the tail (older).
-    next: Vec<u32>,
+    next: Zeroed<u32>,
 }
 
 /// One list's ends and length.
@@ -116,8 +117,8 @@ impl Links {
         // Zeroed (so the OS maps it lazily): a slot's links are written
         // when it joins a list, before they are ever read.
         Links {
-            prev: vec![0; n],
-            next: vec![0; n],
+            prev: Zeroed::new(n),
+            next: Zeroed::new(n),
         }
     }
 
@@ -159,7 +160,7 @@ pub(crate) struct Lru {
 /// CLOCK: reference bits and a hand.
 #[derive(Debug, Clone)]
 pub(crate) struct Clock {
-    bits: Vec<u8>,
+    bits: Zeroed<u8>,
     hand: u32,
 }
 
@@ -168,7 +169,7 @@ pub(crate) struct Clock {
 pub(crate) struct Sieve {
     links: Links,
     list: List,
-    visited: Vec<u8>,
+    visited: Zeroed<u8>,
     hand: u32,
 }
 
@@ -192,7 +193,7 @@ pub(crate) struct S3Fifo {
     links: Links,
     small: List,
     main: List,
-    meta: Vec<u8>,
+    meta: Zeroed<u8>,
     small_target: u32,
     capacity: u32,
     ghost: Ghost,
@@ -202,7 +203,7 @@ pub(crate) struct S3Fifo {
 /// holds ids plus one (0 = empty), so it starts as zeroed memory.
 #[derive(Debug, Clone)]
 struct Ghost {
-    ring: Vec<u64>,
+    ring: Zeroed<u64>,
     at: usize,
     index: Index,
 }
@@ -210,7 +211,7 @@ struct Ghost {
 impl Ghost {
     fn new(n: usize) -> Ghost {
         Ghost {
-            ring: vec![0; n],
+            ring: Zeroed::new(n),
             at: 0,
             index: Index::new(n),
         }
@@ -272,20 +273,20 @@ impl Order {
                 list: List::EMPTY,
             }),
             CachePolicy::Clock => Order::Clock(Clock {
-                bits: vec![0; capacity],
+                bits: Zeroed::new(capacity),
                 hand: 0,
             }),
             CachePolicy::Sieve => Order::Sieve(Sieve {
                 links: Links::new(capacity),
                 list: List::EMPTY,
-                visited: vec![0; capacity],
+                visited: Zeroed::new(capacity),
                 hand: NIL,
             }),
             CachePolicy::S3Fifo => Order::S3Fifo(S3Fifo {
                 links: Links::new(capacity),
                 small: List::EMPTY,
                 main: List::EMPTY,
-                meta: vec![0; capacity],
+                meta: Zeroed::new(capacity),
                 small_target: (capacity * S3_SMALL_TENTHS / 10).max(1) as u32,
                 capacity: capacity as u32,
                 ghost: Ghost::new(capacity * S3_GHOST_TENTHS / 10),

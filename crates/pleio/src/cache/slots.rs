@@ -2,6 +2,7 @@
 //! without the row bytes (so the policy simulator runs the very code the
 //! cache runs).
 
+use crate::sys::Zeroed;
 use super::index::Index;
 use super::policy::{CachePolicy, Order};
 
@@ -10,7 +11,7 @@ use super::policy::{CachePolicy, Order};
 #[derive(Debug, Clone)]
 pub struct Slots {
     index: Index,
-    keys: Vec<u64>,
+    keys: Zeroed<u64>,
     order: Order,
     used: usize,
 }
@@ -32,7 +33,7 @@ impl Slots {
         Slots {
             index: Index::new(capacity),
             // Zeroed: only filled slots' keys are ever read.
-            keys: vec![0; capacity],
+            keys: Zeroed::new(capacity),
             order: Order::new(policy, capacity),
             used: 0,
         }
