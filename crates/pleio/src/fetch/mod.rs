@@ -198,7 +198,7 @@ pub enum GatherError {
     },
     /// Reading the rows' bytes from the file failed (e.g. the file is
     /// shorter than its table: an error naming the offset, not SIGBUS).
-    #[error("{backend} read of {path}: {error}")]
+    #[error("{backend}: {error}")]
     Read {
         /// The read backend (`pread`, `uring`, `uring-direct`, `pool`).
         backend: &'static str,
@@ -625,7 +625,7 @@ impl Table {
             shared: Arc::new(Shared {
                 source,
                 table,
-                backends: direct::Backends::new(paths, files.len()),
+                backends: direct::Backends::new(paths, files),
                 residency: OnceLock::new(),
                 totals: totals::Totals::default(),
             }),
@@ -719,8 +719,7 @@ impl Table {
         // The alignment is known once the file is opened for O_DIRECT; the
         // check here assumes the common worst case (4096) and the cache
         // checks again when it is made.
-        let rb = usize::try_from(self.row_bytes()).unwrap_or(usize::MAX);
-        Sizing::for_parts(bytes, rb, self.shared.table.parts(), 4096, policy).map_err(|e| {
+        Sizing::for_table(bytes, &self.shared.table, 4096, policy).map_err(|e| {
             self.locate(GatherError::Setup {
                 backend: "cached",
                 reason: e.to_string(),
@@ -1389,12 +1388,7 @@ impl From<GatherError> for Error {
                         (ErrorKind::Io, Some(*offset), Some(path.clone()))
                     }
                     GatherError::Read { path, error, .. } => {
-                        let offset = match error {
-                            IoError::Read { offset, .. }
-                            | IoError::UnexpectedEof { offset, .. } => Some(*offset),
-                            _ => None,
-                        };
-                        (ErrorKind::Io, offset, Some(path.clone()))
+                        (ErrorKind::Io, error.offset(), Some(path.clone()))
                     }
                     GatherError::OutputLength { .. } => (ErrorKind::OutputSize, None, None),
                     _ => (ErrorKind::Setup, None, None),
