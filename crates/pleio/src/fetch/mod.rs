@@ -57,7 +57,7 @@ use crate::output::{Decoder, Dtype, Out, Rounding};
 use crate::page_plan::{Bounds, Planner, RowSpan};
 use crate::quant::DecodeError;
 use crate::sys::{self, AdviceOutcome, Advisor, MemRun};
-use lookahead::{Lookahead, Prefetch};
+use lookahead::{Lookahead, Prefetch, Prefetcher};
 
 /// How row bytes are brought in from the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -466,14 +466,6 @@ pub struct Table {
     /// the handle it was prefetched on, so their strategy and rounding
     /// apply).
     prefetcher: Arc<Prefetcher>,
-}
-
-/// The lazily started lookahead worker of a table handle and its clones.
-#[derive(Debug, Default)]
-struct Prefetcher {
-    worker: OnceLock<Lookahead>,
-    /// Held while starting the worker, so only one thread ever makes one.
-    start: std::sync::Mutex<()>,
 }
 
 impl fmt::Debug for Table {
@@ -946,24 +938,8 @@ impl Table {
             .table
             .check_rows(rows)
             .map_err(|e| self.locate(GatherError::Table(e)))?;
-        let worker = match self.prefetcher.worker.get() {
-            Some(w) => w,
-            None => {
-                let _one = self
-                    .prefetcher
-                    .start
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                match self.prefetcher.worker.get() {
-                    Some(w) => w,
-                    None => {
-                        let w = self.lookahead()?;
-                        self.prefetcher.worker.get_or_init(|| w)
-                    }
-                }
-            }
-        };
-        Ok(worker.prefetch_on(self.detached(), dtype, rows))
+        self.prefetcher.start()?;
+        Ok(self.prefetcher.prefetch_on(self.detached(), dtype, rows))
     }
 
     /// The mapping of the file holding row 0 (for a GGUF table, the one
