@@ -15,6 +15,10 @@ use super::{IoError, Op, ReadStats};
 /// the file's alignment has met the end of the file.
 pub(super) fn read_op(op: &mut Op<'_>) -> Result<ReadStats, IoError> {
     let (f, want) = (op.file, op.want);
+    if want == 0 {
+        // Only slack past what is needed: nothing to ask of the file.
+        return Ok(ReadStats::default());
+    }
     let end = op.offset + want as u64;
     let mut done = 0usize;
     let mut stats = ReadStats {
