@@ -258,7 +258,7 @@ fn replay_bench_and_residency_run_on_a_checkpoint() {
     assert_eq!(j["table"]["type"], "nvfp4");
     // The floor reads every part of every row from whichever of the three
     // files holds it.
-    let uring = pleio::io::UringBackend::probe().is_ok();
+    let uring = pleio::io::Reader::probe_uring().is_ok();
     if uring {
         for r in j["replays"].as_array().unwrap() {
             let prefill = &r["prefill"];

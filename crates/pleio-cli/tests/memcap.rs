@@ -117,7 +117,7 @@ fn capped_bench_and_replay_stay_within_a_cap_smaller_than_the_table() {
     assert_eq!(j["replays"][0]["strategy"], "pread");
     assert_eq!(j["replays"][0]["prefill"]["tokens"], 1024);
     // The floor is measured outside the cap, for the same replay.
-    if pleio::io::UringBackend::probe().is_ok() {
+    if pleio::io::Reader::probe_uring().is_ok() {
         let p = &j["replays"][0]["prefill"];
         assert!(p["ratio_to_floor"].as_f64().unwrap() > 0.0, "{p}");
         assert!(p["floor"]["median_ms"].as_f64().unwrap() > 0.0, "{p}");

@@ -126,7 +126,7 @@ fn corpus_replay_is_identical_across_strategies_and_lookahead() {
             assert!(j["peak_rss_bytes"].as_u64().unwrap() > 0);
             if extra.contains(&"--cold") && !pleio::sys::NOOP {
                 assert_eq!(j["evictions"].as_array().unwrap().len(), 2);
-                if pleio::io::UringBackend::probe().is_ok() {
+                if pleio::io::Reader::probe_uring().is_ok() {
                     check_floor(&j, &what);
                 }
             } else {

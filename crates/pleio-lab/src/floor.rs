@@ -20,7 +20,7 @@
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use pleio::io::{IoError, ReadStats, UringBackend, UringConfig};
+use pleio::io::{Engine, IoError, ReadStats, Reader, ReaderConfig};
 use pleio::layout::{Layout, Shard};
 use pleio::Table;
 use rustc_hash::FxHashSet;
@@ -261,44 +261,45 @@ impl PhaseFloor {
 }
 
 /// The device floor of one table: its extents read with `O_DIRECT` at the
-/// chosen queue depth, every file of the table through one ring.
+/// chosen queue depth, every file of the table through one ring (the
+/// engine's [`Reader`], as `uring-direct` and `cached` read).
 #[derive(Debug)]
 pub struct Floor {
-    /// One backend per file holding rows; the first one's ring reads them
-    /// all.
-    backends: Vec<UringBackend>,
-    /// The table's shards, their parts' files renumbered as indices of
-    /// `backends`.
+    /// Every file holding rows, through one ring.
+    reader: Reader,
+    /// The table's shards, their parts' files renumbered as the reader's
+    /// file indices.
     table: Rows,
     grain: Grain,
 }
 
 impl Floor {
     /// The floor of table `t` at `queue_depth`, with extents of whole
-    /// `O_DIRECT` blocks ([`UringBackend::alignment`], the largest of its
+    /// `O_DIRECT` blocks ([`Reader::alignment`], the largest of its
     /// files') merged across pages of `page_bytes` (see [`Grain`]).
     pub fn open(t: &Table, page_bytes: u64, queue_depth: u32) -> Result<Floor, IoError> {
         let layout = t.layout();
         let mut files: Vec<usize> = layout.regions().map(|r| r.file).collect();
         files.sort_unstable();
         files.dedup();
-        let cfg = UringConfig {
-            queue_depth,
-            direct: true,
-            ..UringConfig::default()
-        };
-        let backends = files
-            .iter()
-            .map(|&f| UringBackend::open(t.file_path(f), cfg))
-            .collect::<Result<Vec<_>, _>>()?;
-        if backends.is_empty() {
+        if files.is_empty() {
             return Err(IoError::DirectUnsupported {
                 path: t.path().to_path_buf(),
                 reason: "the table has no rows in any file".into(),
             });
         }
+        let cfg = ReaderConfig {
+            queue_depth,
+            direct: true,
+            ..ReaderConfig::new(Engine::Uring)
+        };
+        let paths: Vec<_> = files.iter().map(|&f| t.file_path(f)).collect();
+        let reader = Reader::open(&paths, cfg)?;
         let page = page_bytes.max(1);
-        let align = backends.iter().map(|b| b.alignment()).max().unwrap_or(1);
+        let align = (0..reader.files())
+            .filter_map(|k| reader.alignment(k))
+            .max()
+            .unwrap_or(1);
         let block = (align as u64).clamp(1, page);
         if !page.is_multiple_of(block) {
             return Err(IoError::DirectUnsupported {
@@ -311,7 +312,7 @@ impl Floor {
             part.file = files.binary_search(&part.file).unwrap_or(0);
         }
         Ok(Floor {
-            backends,
+            reader,
             table: Rows::new(shards),
             grain: Grain { block, page },
         })
@@ -369,7 +370,7 @@ impl Floor {
 
     /// The queue depth reads use.
     pub fn queue_depth(&self) -> u32 {
-        self.backends[0].config().queue_depth
+        self.reader.config().queue_depth
     }
 
     /// How extents are cut.
@@ -386,7 +387,7 @@ impl Floor {
     /// Reads `extents` (from [`Floor::extents`]), one request each, all in
     /// flight together whatever file they are in.
     pub fn read(&self, extents: &[FileExtent]) -> Result<ReadStats, IoError> {
-        self.backends[0].read_extents_of(&self.backends, extents)
+        self.reader.discard(extents)
     }
 
     /// Times `reps` reads of each batch's extents, microseconds per read.

@@ -11,7 +11,7 @@
 //! exposes the cache budget).
 //!
 //! Settings that belong to one read backend's configuration live there
-//! (`UringConfig::queue_depth`, `PoolConfig::threads`); the lab's own
+//! (`io::ReaderConfig::new`: the ring's and the pool's queue depths); the lab's own
 //! measurement constants (the floor's queue depths, phase budgets) live in
 //! `pleio-lab`.
 

@@ -36,6 +36,7 @@ fn os_error() -> io::Error {
 fn wrapped_causes_print_once() {
     let eio = os_error().to_string();
     let read = IoError::Read {
+        path: PathBuf::from("/x/model.gguf"),
         offset: 4096,
         len: 90,
         error: os_error(),
@@ -50,11 +51,13 @@ fn wrapped_causes_print_once() {
         backend: "pread",
         path: PathBuf::from("/x/model.gguf"),
         error: IoError::UnexpectedEof {
+            path: PathBuf::from("/x/model.gguf"),
             offset: 100_000,
             end: 1_800_960,
         },
     };
-    once(&gather, "file ends at offset 100000");
+    once(&gather, "ends at offset 100000");
+    once(&gather, "/x/model.gguf");
     let gguf = GgufError::InFile {
         path: PathBuf::from("/x/model.gguf"),
         error: Box::new(GgufError::Io {

@@ -1,19 +1,18 @@
-//! Every read backend on the same span lists must fill the staging buffer
-//! with exactly the bytes of a plain read of the file, touch nothing else,
-//! name the offset when the file is too short, and work from 8 threads at
-//! once. io_uring cases skip (with a printed reason) where the kernel or
+//! Every reader configuration (engine, buffered or `O_DIRECT`, queue depth,
+//! request size) on the same read lists must fill the staging buffer with
+//! exactly the bytes of a plain read of the files, touch nothing else, read
+//! a batch spread over several files as one batch, name the file and offset
+//! when a file is too short, keep its queue depth, and work from 8 threads
+//! at once. io_uring cases skip (with a printed reason) where the kernel or
 //! sandbox refuses io_uring or the file system refuses `O_DIRECT`.
 #![cfg(unix)]
 
 use std::fs::File;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pleio::io::{
-    IoError, PoolBackend, PoolConfig, PreadBackend, ReadBackend, ReadPlan, Span, UringBackend,
-    UringConfig,
-};
+use pleio::io::{Engine, IoError, Read, Reader, ReaderConfig};
 use pleio_testkit::{skip, skip_case};
 
 /// Deterministic pseudo-random numbers (xorshift64*).
@@ -40,70 +39,83 @@ fn scratch() -> tempfile::TempDir {
     tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap()
 }
 
-fn make_file(dir: &Path, len: usize) -> (std::path::PathBuf, Vec<u8>) {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+/// A file `name` of `len` bytes of noise seeded by `seed`.
+fn make_named(dir: &Path, name: &str, len: usize, seed: u64) -> (PathBuf, Vec<u8>) {
+    let mut rng = Rng(seed);
     let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-    let path = dir.join("data.bin");
+    let path = dir.join(name);
     let mut f = File::create(&path).unwrap();
     f.write_all(&bytes).unwrap();
     f.sync_all().unwrap();
     (path, bytes)
 }
 
-/// Every backend configuration under test, with a name. io_uring variants
-/// are left out, with a printed reason, where unavailable.
-fn backends(path: &Path) -> Vec<(String, Box<dyn ReadBackend>)> {
-    let mut out: Vec<(String, Box<dyn ReadBackend>)> = vec![
-        ("pread".into(), Box::new(PreadBackend::open(path).unwrap())),
+fn make_file(dir: &Path, len: usize) -> (PathBuf, Vec<u8>) {
+    make_named(dir, "data.bin", len, 0x9E37_79B9_7F4A_7C15)
+}
+
+/// Every reader configuration under test, with a name.
+fn configs() -> Vec<(&'static str, ReaderConfig)> {
+    let pread = ReaderConfig::new(Engine::Pread);
+    let pool = ReaderConfig::new(Engine::Pool);
+    let uring = ReaderConfig::new(Engine::Uring);
+    vec![
+        ("pread", pread),
+        ("pool", pool),
         (
-            "pool".into(),
-            Box::new(PoolBackend::open(path, PoolConfig::default()).unwrap()),
+            // Tiny requests and no inline path: every read split and spread.
+            "pool-small-pieces",
+            ReaderConfig {
+                queue_depth: 4,
+                inline_below: 0,
+                max_read_bytes: 1000,
+                ..pool
+            },
         ),
         (
-            // Tiny pieces and no inline path: every span split and spread.
-            "pool-small-pieces".into(),
-            Box::new(
-                PoolBackend::open(
-                    path,
-                    PoolConfig {
-                        threads: 4,
-                        inline_below: 0,
-                        piece_bytes: 1000,
-                    },
-                )
-                .unwrap(),
-            ),
+            "pool-direct",
+            ReaderConfig {
+                queue_depth: 8,
+                direct: true,
+                ..pool
+            },
         ),
-    ];
-    let urings = [
-        ("uring", UringConfig::default()),
+        ("uring", uring),
         (
             "uring-qd1-small-reads",
-            UringConfig {
+            ReaderConfig {
                 queue_depth: 1,
                 max_read_bytes: 777,
-                ..UringConfig::default()
+                ..uring
             },
         ),
         (
             "uring-direct",
-            UringConfig {
+            ReaderConfig {
                 direct: true,
-                ..UringConfig::default()
+                ..uring
             },
         ),
         (
             "uring-direct-qd3-small-reads",
-            UringConfig {
+            ReaderConfig {
                 queue_depth: 3,
                 direct: true,
                 max_read_bytes: 4096,
+                ..uring
             },
         ),
-    ];
-    for (name, cfg) in urings {
-        match UringBackend::open(path, cfg) {
-            Ok(b) => out.push((name.into(), Box::new(b))),
+    ]
+}
+
+/// Every reader configuration over `paths` that can run here, with its
+/// name; io_uring and `O_DIRECT` ones are left out, with a printed reason,
+/// where unavailable.
+fn readers(paths: &[&Path]) -> Vec<(&'static str, Reader)> {
+    let mut out = Vec::new();
+    for (name, cfg) in configs() {
+        match Reader::open(paths, cfg) {
+            Ok(r) => out.push((name, r)),
             Err(e @ (IoError::UringUnavailable(_) | IoError::DirectUnsupported { .. })) => {
                 skip_case!("{name}: {e}")
             }
@@ -113,150 +125,236 @@ fn backends(path: &Path) -> Vec<(String, Box<dyn ReadBackend>)> {
     out
 }
 
-/// Staging as a plain copy from `file` would fill it; untouched bytes keep
+/// Staging as a plain copy from `files` would fill it; untouched bytes keep
 /// `FILL`.
 const FILL: u8 = 0xA5;
 
-fn expected(plan: &ReadPlan, file: &[u8], staging_len: usize) -> Vec<u8> {
+fn expected(reads: &[Read], files: &[&[u8]], staging_len: usize) -> Vec<u8> {
     let mut out = vec![FILL; staging_len];
-    for s in plan.spans() {
-        let f = s.file_offset as usize;
-        out[s.dst_offset..s.dst_offset + s.len].copy_from_slice(&file[f..f + s.len]);
+    for r in reads {
+        let f = r.offset as usize;
+        out[r.dst..r.dst + r.len].copy_from_slice(&files[r.file][f..f + r.len]);
     }
     out
 }
 
-/// The span lists every backend must agree on.
-fn cases(file: &[u8]) -> Vec<(&'static str, ReadPlan)> {
+/// Reads of file 0 placed back to back in staging, in the given order.
+fn packed(extents: &[(u64, usize)]) -> Vec<Read> {
+    let mut dst = 0;
+    extents
+        .iter()
+        .map(|&(off, len)| {
+            dst += len;
+            Read::new(0, off, len, dst - len)
+        })
+        .collect()
+}
+
+/// The read lists every configuration must agree on, in file 0.
+fn cases(file: &[u8]) -> Vec<(&'static str, Vec<Read>)> {
     let len = file.len() as u64;
     let mut rng = Rng(42);
     // Random offsets and lengths, spaced out in staging (gaps must stay FILL).
     let mut offs: Vec<u64> = (0..300).map(|_| rng.below(len - 400)).collect();
     offs.sort_unstable();
     let mut dst = 0usize;
-    let random: Vec<Span> = offs
+    let random: Vec<Read> = offs
         .iter()
         .map(|&o| {
             let n = 1 + rng.below(300) as usize;
-            let s = Span {
-                file_offset: o,
-                len: n,
-                dst_offset: dst + 3,
-            };
+            let r = Read::new(0, o, n, dst + 3);
             dst += n + 3 + rng.below(5) as usize;
-            s
+            r
         })
         .collect();
-    // Sorted random rows of a 90-byte table starting at an odd offset.
-    let mut rows: Vec<u64> = (0..500).map(|_| rng.below((len - 77) / 90)).collect();
-    rows.sort_unstable();
-    rows.dedup();
-    let adjacent: Vec<u64> = (1000..1100).chain(5000..5003).collect();
+    // Random rows of a 90-byte table starting at an odd offset, in random
+    // order; 100 adjacent rows as one read.
+    let rows: Vec<(u64, usize)> = (0..500)
+        .map(|_| (77 + rng.below((len - 77) / 90) * 90, 90))
+        .collect();
     vec![
-        ("random", ReadPlan::new(random).unwrap()),
+        ("random", random),
+        ("rows", packed(&rows)),
         (
-            "adjacent rows",
-            ReadPlan::for_rows(77, 90, &adjacent, 0).unwrap().plan,
+            "adjacent rows as one read",
+            packed(&[(77 + 1000 * 90, 100 * 90), (77 + 5000 * 90, 3 * 90)]),
         ),
-        (
-            "random rows, no coalescing",
-            ReadPlan::for_rows(77, 90, &rows, 0).unwrap().plan,
-        ),
-        (
-            "random rows coalesced with gaps",
-            ReadPlan::for_rows(77, 90, &rows, 4096).unwrap().plan,
-        ),
-        (
-            "span ending at EOF",
-            ReadPlan::packed([(0, 10), (len - 4097, 4097)]).unwrap(),
-        ),
-        ("last byte", ReadPlan::packed([(len - 1, 1)]).unwrap()),
-        ("empty", ReadPlan::new(vec![]).unwrap()),
-        (
-            "zero-length spans",
-            ReadPlan::packed([(5, 0), (6, 3), (len, 0)]).unwrap(),
-        ),
-        (
-            "one huge span",
-            ReadPlan::packed([(0, file.len())]).unwrap(),
-        ),
+        ("read ending at EOF", packed(&[(0, 10), (len - 4097, 4097)])),
+        ("last byte", packed(&[(len - 1, 1)])),
+        ("empty", Vec::new()),
+        ("zero-length reads", packed(&[(5, 0), (6, 3), (len, 0)])),
+        ("one huge read", packed(&[(0, file.len())])),
         (
             "overlapping in the file",
-            ReadPlan::packed([(100, 5000), (200, 10), (4000, 9000)]).unwrap(),
+            packed(&[(100, 5000), (200, 10), (4000, 9000)]),
         ),
     ]
 }
 
+fn staging_len(reads: &[Read]) -> usize {
+    reads.iter().map(|r| r.dst + r.len).max().unwrap_or(0)
+}
+
 #[test]
-fn every_backend_matches_a_plain_read() {
+fn every_configuration_matches_a_plain_read() {
     let dir = scratch();
     let (path, file) = make_file(dir.path(), FILE_LEN);
-    let backends = backends(&path);
-    for (case, plan) in cases(&file) {
-        let staging_len = plan.staging_len() + 17;
-        let want = expected(&plan, &file, staging_len);
-        for (name, b) in &backends {
-            let mut staging = vec![FILL; staging_len];
-            let stats = b
-                .read(&plan, &mut staging)
+    let readers = readers(&[&path]);
+    for (case, reads) in cases(&file) {
+        let len = staging_len(&reads) + 17;
+        let want = expected(&reads, &[&file], len);
+        for (name, r) in &readers {
+            let mut staging = vec![FILL; len];
+            let stats = r
+                .read(&reads, &mut staging)
                 .unwrap_or_else(|e| panic!("{name} on {case}: {e}"));
             assert!(staging == want, "{name} on {case}: staging differs");
-            if !plan.is_empty() {
-                assert!(stats.requests > 0 && stats.bytes >= plan.bytes().min(1));
+            if reads.iter().any(|r| r.len > 0) {
+                assert!(stats.requests > 0 && stats.bytes > 0, "{name} on {case}");
             }
         }
     }
 }
 
 #[test]
-fn rows_land_at_their_staging_offsets() {
+fn a_table_split_over_three_files_is_one_batch_equal_to_pread() {
+    // Three files of different lengths; reads of all three interleaved in
+    // one batch (not grouped by file), rows of a 97-byte table at an odd
+    // offset in each, some adjacent, one reaching each file's end.
     let dir = scratch();
-    let (path, file) = make_file(dir.path(), FILE_LEN);
-    let rows: Vec<u64> = (0..2000)
-        .map(|i| i * i % 30_000)
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
+    let files: Vec<(PathBuf, Vec<u8>)> = [(FILE_LEN, 1), (FILE_LEN / 3 + 5, 2), (700_001, 3)]
+        .iter()
+        .enumerate()
+        .map(|(i, &(len, seed))| make_named(dir.path(), &format!("part-{i}.bin"), len, seed))
         .collect();
-    for (name, b) in backends(&path) {
-        for gap in [0, 100, 5000] {
-            let r = ReadPlan::for_rows(33, 97, &rows, gap).unwrap();
-            let mut staging = vec![0u8; r.plan.staging_len()];
-            b.read(&r.plan, &mut staging).unwrap();
-            for (&row, &at) in rows.iter().zip(&r.staging_offsets) {
-                let f = 33 + row as usize * 97;
-                assert_eq!(
-                    &staging[at..at + 97],
-                    &file[f..f + 97],
-                    "{name} gap {gap} row {row}"
-                );
-            }
+    let paths: Vec<&Path> = files.iter().map(|f| f.0.as_path()).collect();
+    let bytes: Vec<&[u8]> = files.iter().map(|f| f.1.as_slice()).collect();
+    let mut rng = Rng(7);
+    let mut reads = Vec::new();
+    let mut dst = 0usize;
+    for i in 0..900usize {
+        let k = rng.below(3) as usize;
+        let len = bytes[k].len() as u64;
+        let (offset, n) = match i % 100 {
+            0 => (len - 97, 97),
+            1 => (33 + 20 * 97, 40 * 97),
+            _ => (33 + rng.below((len - 33) / 97) * 97, 97),
+        };
+        reads.push(Read::new(k, offset, n, dst));
+        dst += n + (i % 3);
+    }
+    let want = expected(&reads, &bytes, dst);
+    let pread = Reader::open(&paths, ReaderConfig::new(Engine::Pread)).unwrap();
+    let mut by_pread = vec![FILL; dst];
+    pread.read(&reads, &mut by_pread).unwrap();
+    assert!(by_pread == want, "pread differs from the files");
+    for (name, r) in readers(&paths) {
+        assert_eq!(r.files(), 3);
+        let mut staging = vec![FILL; dst];
+        let stats = r
+            .read(&reads, &mut staging)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(staging == by_pread, "{name}: differs from pread");
+        // One batch: the ring keeps reads of different files in flight
+        // together, up to its depth.
+        if name == "uring" || name == "uring-direct" {
+            assert_eq!(stats.peak_in_flight, 64, "{name}: {stats:?}");
         }
     }
 }
 
 #[test]
-fn short_staging_is_an_error() {
+fn queue_depth_is_respected() {
+    let dir = scratch();
+    let (a, _) = make_named(dir.path(), "a.bin", FILE_LEN, 1);
+    let (b, _) = make_named(dir.path(), "b.bin", FILE_LEN, 2);
+    // 200 reads of one page each, alternating between the files, far apart
+    // (no merging of O_DIRECT blocks).
+    let reads: Vec<Read> = (0..200u64)
+        .map(|i| Read::new((i % 2) as usize, (i / 2) * 8192, 4096, i as usize * 4096))
+        .collect();
+    let mut staging = vec![0u8; 200 * 4096];
+    for qd in [1u32, 3, 16] {
+        for (engine, direct) in [
+            (Engine::Uring, false),
+            (Engine::Uring, true),
+            (Engine::Pool, false),
+        ] {
+            let cfg = ReaderConfig {
+                queue_depth: qd,
+                direct,
+                inline_below: 0,
+                ..ReaderConfig::new(engine)
+            };
+            let r = match Reader::open(&[&a, &b], cfg) {
+                Ok(r) => r,
+                Err(e @ (IoError::UringUnavailable(_) | IoError::DirectUnsupported { .. })) => {
+                    skip_case!("{engine:?} direct={direct}: {e}");
+                    continue;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            let stats = r.read(&reads, &mut staging).unwrap();
+            let peak = stats.peak_in_flight;
+            assert!(
+                peak >= 1 && peak <= u64::from(qd),
+                "{engine:?} QD{qd}: {stats:?}"
+            );
+            if engine == Engine::Uring {
+                // The ring is filled to its depth (its size is rounded up to
+                // a power of two, the depth is not).
+                assert_eq!(peak, u64::from(qd), "{engine:?} QD{qd}");
+            }
+        }
+    }
+    let pread = Reader::open(&[&a, &b], ReaderConfig::new(Engine::Pread)).unwrap();
+    assert_eq!(pread.read(&reads, &mut staging).unwrap().peak_in_flight, 1);
+    // A batch smaller than the depth has every read in flight at once.
+    if let Ok(r) = Reader::open(&[&a, &b], ReaderConfig::new(Engine::Uring)) {
+        assert_eq!(
+            r.read(&reads[..10], &mut staging).unwrap().peak_in_flight,
+            10
+        );
+    }
+}
+
+#[test]
+fn bad_batches_are_errors() {
     let dir = scratch();
     let (path, _) = make_file(dir.path(), 10_000);
-    let plan = ReadPlan::packed([(0, 100), (500, 100)]).unwrap();
-    for (name, b) in backends(&path) {
+    for (name, r) in readers(&[&path]) {
         let mut staging = vec![0u8; 150];
-        match b.read(&plan, &mut staging) {
+        match r.read(&packed(&[(0, 100), (500, 100)]), &mut staging) {
             Err(IoError::Staging {
                 need: 200,
                 got: 150,
             }) => {}
-            other => panic!("{name}: {other:?}"),
+            other => panic!("{name}: short staging gave {other:?}"),
+        }
+        let bad = [
+            vec![Read::new(1, 0, 10, 0)],
+            vec![Read::new(0, 0, 10, 20), Read::new(0, 0, 10, 25)],
+            vec![Read {
+                need: 11,
+                ..Read::new(0, 0, 10, 0)
+            }],
+        ];
+        for reads in bad {
+            match r.read(&reads, &mut staging) {
+                Err(IoError::BadRead { .. }) => {}
+                other => panic!("{name}: {reads:?} gave {other:?}"),
+            }
         }
     }
 }
 
 #[test]
-fn truncated_file_errors_name_the_offset() {
+fn a_truncated_file_is_an_error_naming_it_and_the_offset() {
     let dir = scratch();
-    let (path, _) = make_file(dir.path(), FILE_LEN);
-    // Backends opened on the full file, which then shrinks under them.
-    let backends = backends(&path);
+    let (first, _) = make_named(dir.path(), "first.bin", FILE_LEN, 1);
+    let (path, _) = make_named(dir.path(), "second.bin", FILE_LEN, 2);
+    // Readers opened on the full files; the second then shrinks under them.
+    let readers = readers(&[&first, &path]);
     let new_len = 1_000_003u64;
     File::options()
         .write(true)
@@ -264,57 +362,86 @@ fn truncated_file_errors_name_the_offset() {
         .unwrap()
         .set_len(new_len)
         .unwrap();
-    // One span crosses the new end; one starts beyond it.
-    let crossing = ReadPlan::packed([(0, 100), (new_len - 50, 100)]).unwrap();
-    let beyond = ReadPlan::packed([(10, 10), (2_000_000, 10)]).unwrap();
-    for (name, b) in &backends {
-        let mut staging = vec![0u8; 200];
-        match b.read(&crossing, &mut staging) {
-            Err(IoError::UnexpectedEof { offset, end }) => {
-                assert_eq!(offset, new_len, "{name}");
-                assert!(end > new_len, "{name}: end {end}");
-                let msg = IoError::UnexpectedEof { offset, end }.to_string();
+    let of = |k: usize, extents: &[(u64, usize)]| -> Vec<Read> {
+        packed(extents)
+            .into_iter()
+            .map(|r| Read { file: k, ..r })
+            .collect()
+    };
+    // One read crosses the new end; one starts beyond it. Reads of the
+    // intact first file at the same offsets come first.
+    let crossing: Vec<Read> = [(0, 100), (new_len - 50, 100)]
+        .iter()
+        .flat_map(|&e| of(0, &[e]).into_iter().chain(of(1, &[e])))
+        .enumerate()
+        .map(|(i, r)| Read { dst: i * 100, ..r })
+        .collect();
+    let beyond = of(1, &[(10, 10), (2_000_000, 10)]);
+    for (name, r) in &readers {
+        let mut staging = vec![0u8; 400];
+        match r.read(&crossing, &mut staging) {
+            Err(e @ IoError::UnexpectedEof { .. }) => {
+                let IoError::UnexpectedEof {
+                    path: p,
+                    offset,
+                    end,
+                } = &e
+                else {
+                    unreachable!()
+                };
+                assert_eq!(p, &path, "{name}");
+                assert_eq!(*offset, new_len, "{name}");
+                assert!(*end > new_len, "{name}: end {end}");
+                let msg = e.to_string();
                 assert!(msg.contains(&new_len.to_string()), "{msg}");
+                assert!(msg.contains(&path.display().to_string()), "{msg}");
+                assert_eq!(e.path(), Some(path.as_path()));
+                assert_eq!(e.offset(), Some(new_len));
             }
-            other => panic!("{name}: crossing span gave {other:?}"),
+            other => panic!("{name}: crossing read gave {other:?}"),
         }
-        match b.read(&beyond, &mut staging) {
-            Err(IoError::UnexpectedEof { offset, .. }) => {
-                // The real end of the file, not where the failing span (or
+        match r.read(&beyond, &mut staging) {
+            Err(IoError::UnexpectedEof {
+                path: p, offset, ..
+            }) => {
+                // The real end of the file, not where the failing read (or
                 // its aligned block) starts.
-                assert_eq!(offset, new_len, "{name}");
+                assert_eq!((p, offset), (path.clone(), new_len), "{name}");
             }
-            other => panic!("{name}: span beyond EOF gave {other:?}"),
+            other => panic!("{name}: read beyond EOF gave {other:?}"),
         }
-        // The backend is still usable afterwards.
-        let ok = ReadPlan::packed([(0, 10), (new_len - 10, 10)]).unwrap();
-        b.read(&ok, &mut staging)
+        // The reader is still usable afterwards.
+        let ok = of(1, &[(0, 10), (new_len - 10, 10)]);
+        r.read(&ok, &mut staging)
             .unwrap_or_else(|e| panic!("{name} after error: {e}"));
     }
 }
 
 #[test]
-fn eight_threads_share_one_backend() {
+fn eight_threads_share_one_reader() {
     let dir = scratch();
-    let (path, file) = make_file(dir.path(), FILE_LEN);
-    let file = Arc::new(file);
-    for (name, b) in backends(&path) {
+    let (a, fa) = make_named(dir.path(), "a.bin", FILE_LEN, 1);
+    let (b, fb) = make_named(dir.path(), "b.bin", FILE_LEN / 2, 2);
+    let files: Arc<[Vec<u8>; 2]> = Arc::new([fa, fb]);
+    for (name, r) in readers(&[&a, &b]) {
         std::thread::scope(|scope| {
             for t in 0..8u64 {
-                let (b, file, name) = (&b, &file, &name);
+                let (r, files) = (&r, &files);
                 scope.spawn(move || {
+                    let bytes: [&[u8]; 2] = [&files[0], &files[1]];
                     let mut rng = Rng(1000 + t);
                     for _ in 0..20 {
                         let n = 1 + rng.below(200) as usize;
-                        let mut rows: Vec<u64> = (0..n)
-                            .map(|_| rng.below((FILE_LEN as u64 - 5) / 131))
+                        let reads: Vec<Read> = (0..n)
+                            .map(|i| {
+                                let k = rng.below(2) as usize;
+                                let row = rng.below((bytes[k].len() as u64 - 5) / 131);
+                                Read::new(k, 5 + row * 131, 131, i * 131)
+                            })
                             .collect();
-                        rows.sort_unstable();
-                        rows.dedup();
-                        let r = ReadPlan::for_rows(5, 131, &rows, rng.below(600) as usize).unwrap();
-                        let mut staging = vec![FILL; r.plan.staging_len()];
-                        b.read(&r.plan, &mut staging).unwrap();
-                        let want = expected(&r.plan, file, r.plan.staging_len());
+                        let mut staging = vec![FILL; n * 131];
+                        r.read(&reads, &mut staging).unwrap();
+                        let want = expected(&reads, &bytes, n * 131);
                         assert!(staging == want, "{name} thread {t}");
                     }
                 });
@@ -327,19 +454,20 @@ fn eight_threads_share_one_backend() {
 fn direct_extent_reads_for_the_device_floor() {
     let dir = scratch();
     let (path, _) = make_file(dir.path(), FILE_LEN);
-    let cfg = UringConfig {
+    let cfg = ReaderConfig {
         direct: true,
-        ..UringConfig::default()
+        ..ReaderConfig::new(Engine::Uring)
     };
-    let b = match UringBackend::open(&path, cfg) {
+    let b = match Reader::open(&[&path], cfg) {
         Ok(b) => b,
         Err(e @ (IoError::UringUnavailable(_) | IoError::DirectUnsupported { .. })) => {
             skip!("{e}");
         }
         Err(e) => panic!("{e}"),
     };
-    assert!(b.alignment().is_power_of_two() && b.alignment() <= 4096);
-    let page = |p: u64, n: u64| p * 4096..(p + n) * 4096;
+    let align = b.alignment(0).unwrap();
+    assert!(align.is_power_of_two() && align <= 4096);
+    let page = |p: u64, n: u64| (0, p * 4096..(p + n) * 4096);
     let last = (FILE_LEN / 4096) as u64; // the partial last page
                                          // One request per extent, however many pages it covers; the last
                                          // extent reaches past the end of the file and reads what it has.
@@ -350,57 +478,58 @@ fn direct_extent_reads_for_the_device_floor() {
         page(100, 1),
         page(last, 1),
     ];
-    let stats = b.read_extents(&extents).unwrap();
+    let stats = b.discard(&extents).unwrap();
     assert_eq!(stats.requests, extents.len() as u64);
     assert_eq!(stats.bytes, 8 * 4096);
     // An extent longer than max_read_bytes is split.
-    let small = UringBackend::open(
-        &path,
-        UringConfig {
+    let small = Reader::open(
+        &[&path],
+        ReaderConfig {
             max_read_bytes: 8192,
             ..cfg
         },
     )
     .unwrap();
-    assert_eq!(small.read_extents(&[page(10, 5)]).unwrap().requests, 3);
-    assert_eq!(b.read_extents(&[page(2, 0)]).unwrap().requests, 0);
-    match b.read_extents(&[page(1, 1), page(last + 1, 1)]) {
-        Err(IoError::UnexpectedEof { .. }) => {}
+    assert_eq!(small.discard(&[page(10, 5)]).unwrap().requests, 3);
+    assert_eq!(b.discard(&[page(2, 0)]).unwrap().requests, 0);
+    match b.discard(&[page(1, 1), page(last + 1, 1)]) {
+        Err(IoError::UnexpectedEof { path: p, .. }) => assert_eq!(p, path),
         other => panic!("extent past EOF gave {other:?}"),
     }
-    let unaligned = 100..4196;
-    assert!(b.read_extents(&[unaligned]).is_err(), "unaligned extent");
+    match b.discard(&[(0, 100..4196)]) {
+        Err(IoError::Misaligned { offset: 100, .. }) => {}
+        other => panic!("unaligned extent gave {other:?}"),
+    }
 
-    // More than the 32 MiB read in one go: chunks, every request made.
+    // More than the 32 MiB read in one go: rounds, every request made.
     let sparse = dir.path().join("sparse.bin");
     File::create(&sparse).unwrap().set_len(48 << 20).unwrap();
-    let b = UringBackend::open(&sparse, cfg).unwrap();
     let mib = |m: u64| m << 20;
-    let extents: Vec<_> = (0..10).map(|i| mib(4 * i)..mib(4 * i + 4)).collect();
-    let stats = b.read_extents(&extents).unwrap();
+    let extents: Vec<_> = (0..10).map(|i| (1, mib(4 * i)..mib(4 * i + 4))).collect();
+    let two = Reader::open(&[&path, &sparse], cfg).unwrap();
+    let stats = two.discard(&extents).unwrap();
     assert_eq!((stats.requests, stats.bytes), (40, mib(40)));
 
     // Several files through one ring: one request per extent, each file's
     // length its own (the 48 MiB file's page 2000 exists, the small
     // file's does not), and a file index past the list is an error.
-    let small_file = UringBackend::open(&path, cfg).unwrap();
-    let files = [small_file, b];
-    let extents = vec![(0, page(3, 2)), (1, page(2000, 4)), (0, page(last, 1))];
-    let stats = files[0].read_extents_of(&files, &extents).unwrap();
+    let extents = vec![page(3, 2), (1, 2000 * 4096..2004 * 4096), page(last, 1)];
+    let stats = two.discard(&extents).unwrap();
     assert_eq!(stats.requests, 3);
     assert_eq!(stats.bytes, (2 + 4 + 1) * 4096);
-    match files[1].read_extents_of(&files, &[(0, page(2000, 1))]) {
-        Err(IoError::UnexpectedEof { .. }) => {}
+    match two.discard(&[page(2000, 1)]) {
+        Err(IoError::UnexpectedEof { path: p, .. }) => assert_eq!(p, path),
         other => panic!("page 2000 of the small file gave {other:?}"),
     }
-    assert!(files[0]
-        .read_extents_of(&files, &[(2, page(0, 1))])
-        .is_err());
+    assert!(matches!(
+        two.discard(&[(2, 0..4096)]),
+        Err(IoError::BadRead { .. })
+    ));
 }
 
 #[test]
 fn uring_probe_reports_clearly() {
-    match UringBackend::probe() {
+    match Reader::probe_uring() {
         Ok(()) => {}
         Err(e) => {
             assert!(matches!(e, IoError::UringUnavailable(_)), "{e:?}");
@@ -492,17 +621,22 @@ mod measure {
         run: ReadPages,
     }
 
-    fn plan_of(pages: &[u64]) -> ReadPlan {
-        ReadPlan::packed(pages.iter().map(|&p| (p * PAGE as u64, PAGE))).unwrap()
+    fn reads_of(pages: &[u64]) -> Vec<Read> {
+        packed(
+            &pages
+                .iter()
+                .map(|&p| (p * PAGE as u64, PAGE))
+                .collect::<Vec<_>>(),
+        )
     }
 
-    fn backend_arm(name: &str, b: Box<dyn ReadBackend>) -> Arm {
+    fn reader_arm(name: &str, r: Reader) -> Arm {
         Arm {
             name: name.into(),
             run: Box::new(move |pages, staging| {
-                let plan = plan_of(pages);
-                staging.resize(plan.staging_len(), 0);
-                b.read(&plan, staging).unwrap();
+                let reads = reads_of(pages);
+                staging.resize(pages.len() * PAGE, 0);
+                r.read(&reads, staging).unwrap();
             }),
         }
     }
@@ -525,18 +659,18 @@ mod measure {
         };
         let len = file.metadata().unwrap().len();
         let n_pages = len / PAGE as u64;
-        let mut arms = vec![backend_arm(
+        let mut arms = vec![reader_arm(
             "pread serial",
-            Box::new(PreadBackend::open(path).unwrap()),
+            Reader::open(&[path], ReaderConfig::new(Engine::Pread)).unwrap(),
         )];
         for threads in [16, 32, 64] {
-            let cfg = PoolConfig {
-                threads,
-                ..PoolConfig::default()
+            let cfg = ReaderConfig {
+                queue_depth: threads,
+                ..ReaderConfig::new(Engine::Pool)
             };
-            arms.push(backend_arm(
+            arms.push(reader_arm(
                 &format!("pool {threads} threads"),
-                Box::new(PoolBackend::open(path, cfg).unwrap()),
+                Reader::open(&[path], cfg).unwrap(),
             ));
         }
         for (qd, direct) in [
@@ -546,34 +680,34 @@ mod measure {
             (64, true),
             (128, true),
         ] {
-            let cfg = UringConfig {
+            let cfg = ReaderConfig {
                 queue_depth: qd,
                 direct,
-                ..UringConfig::default()
+                ..ReaderConfig::new(Engine::Uring)
             };
-            match UringBackend::open(path, cfg) {
+            match Reader::open(&[path], cfg) {
                 Ok(b) => {
                     let kind = if direct { "O_DIRECT" } else { "buffered" };
-                    arms.push(backend_arm(&format!("uring {kind} QD{qd}"), Box::new(b)))
+                    arms.push(reader_arm(&format!("uring {kind} QD{qd}"), b))
                 }
                 Err(e) => skip_case!("uring QD{qd} direct={direct}: {e}"),
             }
         }
-        if let Ok(b) = UringBackend::open(
-            path,
-            UringConfig {
+        if let Ok(b) = Reader::open(
+            &[path],
+            ReaderConfig {
                 direct: true,
-                ..UringConfig::default()
+                ..ReaderConfig::new(Engine::Uring)
             },
         ) {
             arms.push(Arm {
-                name: "limit: read_extents O_DIRECT QD64".into(),
+                name: "limit: discard O_DIRECT QD64".into(),
                 run: Box::new(move |pages, _| {
                     let extents: Vec<_> = pages
                         .iter()
-                        .map(|&p| p * PAGE as u64..(p + 1) * PAGE as u64)
+                        .map(|&p| (0, p * PAGE as u64..(p + 1) * PAGE as u64))
                         .collect();
-                    b.read_extents(&extents).unwrap();
+                    b.discard(&extents).unwrap();
                 }),
             });
         }
@@ -644,12 +778,12 @@ mod measure {
         };
         let len = file.metadata().unwrap().len();
         let n_pages = len / PAGE as u64;
-        let inline = PreadBackend::open(path).unwrap();
-        let pool = PoolBackend::open(
-            path,
-            PoolConfig {
+        let inline = Reader::open(&[path], ReaderConfig::new(Engine::Pread)).unwrap();
+        let pool = Reader::open(
+            &[path],
+            ReaderConfig {
                 inline_below: 0,
-                ..PoolConfig::default()
+                ..ReaderConfig::new(Engine::Pool)
             },
         )
         .unwrap();
@@ -662,12 +796,17 @@ mod measure {
             let mut staging = vec![0u8; n * PAGE];
             // Rows of 96 bytes inside random pages: what a row gather reads.
             let plan = |pages: &[u64]| {
-                ReadPlan::packed(pages.iter().map(|&p| (p * PAGE as u64 + 100, 96))).unwrap()
+                packed(
+                    &pages
+                        .iter()
+                        .map(|&p| (p * PAGE as u64 + 100, 96))
+                        .collect::<Vec<_>>(),
+                )
             };
             let warm_pages = random_pages(&mut rng, n, n_pages);
             let wp = plan(&warm_pages);
             let mut warm = [0f64; 2];
-            for (k, b) in [&inline as &dyn ReadBackend, &pool].into_iter().enumerate() {
+            for (k, b) in [&inline, &pool].into_iter().enumerate() {
                 b.read(&wp, &mut staging).unwrap();
                 let iters = 2000;
                 let t = Instant::now();
@@ -677,7 +816,7 @@ mod measure {
                 warm[k] = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
             }
             let mut cold = [0f64; 2];
-            for (k, b) in [&inline as &dyn ReadBackend, &pool].into_iter().enumerate() {
+            for (k, b) in [&inline, &pool].into_iter().enumerate() {
                 let mut times = Vec::new();
                 for _ in 0..20 {
                     let p = plan(&random_pages(&mut rng, n, n_pages));

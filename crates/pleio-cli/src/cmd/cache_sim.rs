@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use pleio::layout::Layout;
 use pleio::model::Model;
 use pleio::CachePolicy;
-use pleio_lab::cache_sim::{simulate, SimResult};
+use pleio_lab::cache_sim::{read_alignment, simulate, SimResult};
 use pleio_lab::replay::{ReplayConfig, Replayer};
 use serde_json::json;
 
@@ -61,21 +61,12 @@ pub fn run(a: Args) -> Result<()> {
     distinct.sort_unstable();
     distinct.dedup();
     let t = replayer.reader().layout();
-    let align = std::fs::File::open(replayer.reader().path())
-        .ok()
-        .and_then(|f| pleio::sys::dio_alignment(&f))
-        .map_or(4096, |(o, m)| o.max(m).max(1) as usize);
+    let align = read_alignment(replayer.reader());
     let mut results: Vec<SimResult> = Vec::new();
     for &budget in &a.budgets {
         for &p in &a.policies {
-            let r = simulate(
-                gathers.iter().copied(),
-                budget,
-                t.row_bytes() as usize,
-                align,
-                p,
-            )
-            .with_context(|| format!("budget {}", human_bytes(budget)))?;
+            let r = simulate(gathers.iter().copied(), budget, t, align, p)
+                .with_context(|| format!("budget {}", human_bytes(budget)))?;
             results.push(r);
         }
     }

@@ -1,7 +1,8 @@
 //! A row cache that keeps its own memory budget: stored (quantized) row
 //! bytes in pleio's memory, sharded, with a fixed footprint.
 //!
-//! The cache is sized once from a byte budget ([`Sizing::for_budget`]):
+//! The cache is sized once from a byte budget and the table's layout
+//! ([`Sizing::for_table`], the one way a cache is sized):
 //! staging buffers for the reads that fill it, then as many row slots as
 //! fit, split over up to 64 shards. Every allocation is made at that size
 //! and never grows, so the memory the cache and its staging use is known
@@ -27,6 +28,7 @@ use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
+use crate::layout::Layout;
 
 pub use policy::CachePolicy;
 pub use slots::{Placed, Slots};
@@ -103,22 +105,27 @@ pub struct Sizing {
 }
 
 impl Sizing {
-    /// Splits `budget` for rows of `row_bytes` read with alignment `align`
-    /// (a power of two; 1 for none): staging first, then slots.
-    pub fn for_budget(
+    /// The cache of `table`'s rows under `budget`, read with alignment
+    /// `align` (a power of two; 1 for none): the one way a cache is sized,
+    /// by the `cached` strategy and by the lab's simulator alike, so both
+    /// hold the same rows. A row of several parts (a checkpoint's one to
+    /// three tensors) is read as the aligned blocks around each part.
+    pub fn for_table(
         budget: u64,
-        row_bytes: usize,
+        table: &Layout,
         align: usize,
         policy: CachePolicy,
     ) -> Result<Sizing, CacheError> {
-        Sizing::for_parts(budget, row_bytes, 1, align, policy)
+        let row_bytes = usize::try_from(table.row_bytes()).unwrap_or(usize::MAX);
+        Sizing::for_parts(budget, row_bytes, table.parts(), align, policy)
     }
 
-    /// [`Sizing::for_budget`] for rows stored in `parts` separate extents
-    /// (a checkpoint's row of one to three parts, each read as the aligned
-    /// blocks around it), `row_bytes` their total: each staging buffer holds
-    /// the blocks of at least one whole row.
-    pub fn for_parts(
+    /// Splits `budget` for rows of `row_bytes` stored in `parts` separate
+    /// extents (a checkpoint's row of one to three parts, each read as the
+    /// aligned blocks around it), read with alignment `align` (a power of
+    /// two; 1 for none): staging first, then slots. Each staging buffer
+    /// holds the blocks of at least one whole row.
+    fn for_parts(
         budget: u64,
         row_bytes: usize,
         parts: usize,
@@ -580,7 +587,7 @@ mod tests {
                 (64 << 20, 7392, 4096),
                 (1 << 30, 170, 1),
             ] {
-                let s = Sizing::for_budget(budget, rb, align, policy).unwrap();
+                let s = Sizing::for_parts(budget, rb, 1, align, policy).unwrap();
                 assert!(s.max_bytes() <= budget, "{policy} {budget} {rb}: {s:?}");
                 assert!(s.shards.is_power_of_two() && s.shards <= MAX_SHARDS);
                 assert!(s.staging_bytes.is_multiple_of(s.align));
@@ -599,7 +606,7 @@ mod tests {
     fn a_budget_beyond_the_machines_memory_is_refused() {
         // u64::MAX aborted (a failed allocation of the slots).
         for budget in [u64::MAX, 1 << 62] {
-            let e = Sizing::for_budget(budget, 90, 4096, CachePolicy::Sieve).unwrap_err();
+            let e = Sizing::for_parts(budget, 90, 1, 4096, CachePolicy::Sieve).unwrap_err();
             assert!(matches!(e, CacheError::BudgetTooLarge { .. }), "{e}");
             assert!(e.to_string().contains("memory"), "{e}");
         }
@@ -607,17 +614,17 @@ mod tests {
 
     #[test]
     fn a_budget_below_one_row_and_its_staging_is_refused() {
-        let e = Sizing::for_budget(4096, 90, 4096, CachePolicy::Sieve).unwrap_err();
+        let e = Sizing::for_parts(4096, 90, 1, 4096, CachePolicy::Sieve).unwrap_err();
         let CacheError::BudgetTooSmall { need, .. } = e else {
             panic!("{e}");
         };
         assert!(need > 4096);
-        assert!(Sizing::for_budget(need, 90, 4096, CachePolicy::Sieve).is_ok());
-        assert!(Sizing::for_budget(need - 1, 90, 4096, CachePolicy::Sieve).is_err());
+        assert!(Sizing::for_parts(need, 90, 1, 4096, CachePolicy::Sieve).is_ok());
+        assert!(Sizing::for_parts(need - 1, 90, 1, 4096, CachePolicy::Sieve).is_err());
     }
 
     fn cache(budget: u64) -> RowCache {
-        RowCache::new(Sizing::for_budget(budget, 10, 1, CachePolicy::Sieve).unwrap())
+        RowCache::new(Sizing::for_parts(budget, 10, 1, 1, CachePolicy::Sieve).unwrap())
     }
 
     #[test]
@@ -692,7 +699,7 @@ mod tests {
 
     #[test]
     fn staging_is_aligned_bounded_and_reused() {
-        let s = Sizing::for_budget(1 << 20, 90, 4096, CachePolicy::Lru).unwrap();
+        let s = Sizing::for_parts(1 << 20, 90, 1, 4096, CachePolicy::Lru).unwrap();
         let c = RowCache::new(s);
         {
             let mut a = c.staging();

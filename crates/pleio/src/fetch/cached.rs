@@ -33,10 +33,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::direct::{with_scratch, Kind, Picked, Scratch};
+use super::direct::{read_error, with_scratch, Kind, Picked, Scratch};
 use super::{with_staged, GatherError, GatherStats, Staged, Table};
 use crate::cache::{CachePolicy, Found, RowCache, Sizing};
-use crate::io::{Extent, IoError, ReadBackend, ReadPlan, ReadStats, UringBackend, UringConfig};
+use crate::io::{Engine, Extent, IoError, Read, Reader, ReaderConfig};
 use crate::layout::Layout;
 use crate::output::{Decoder, Out};
 use crate::quant::DecodeError;
@@ -72,43 +72,18 @@ impl CacheCell {
     }
 }
 
-/// How misses are read from one file.
-enum Reader {
-    /// `O_DIRECT` io_uring straight into aligned staging.
-    Direct(Box<UringBackend>),
-    /// A buffered backend standing in (no io_uring or no `O_DIRECT`).
-    Buffered(Picked),
-}
-
-impl Reader {
-    fn name(&self) -> &'static str {
-        match self {
-            Reader::Direct(b) => b.name(),
-            Reader::Buffered(p) => p.backend.name(),
-        }
-    }
-}
-
-/// A file holding rows of the table: its reader, and a descriptor to
-/// `fstat`.
-struct RowFile {
-    /// Its index (see [`crate::layout::ShardPart::file`]).
-    index: usize,
-    reader: Reader,
-    file: File,
-}
-
-/// A row cache and the readers that fill it.
+/// A row cache and the reader that fills it.
 pub(super) struct CachedReader {
     pub(super) cache: RowCache,
-    /// The files the table's rows are in, ascending by index.
-    files: Vec<RowFile>,
+    /// Reads the misses: `O_DIRECT` io_uring over every file the table's
+    /// rows are in, or a buffered reader standing in (flagged).
+    reader: Picked,
     /// Alignment of every read (a multiple of each file's `O_DIRECT`
     /// alignment; 1 when buffered).
     align: usize,
     /// Regions of the table ([`Layout::regions`]).
     regions: usize,
-    /// How each file of `files` looked at the last gather.
+    /// How each of the reader's files looked at the last gather.
     seen: Mutex<Vec<Option<Stamp>>>,
 }
 
@@ -193,7 +168,7 @@ impl Table {
         stats: &mut GatherStats,
     ) -> Result<(), GatherError> {
         let cr = self.cached_reader()?;
-        cr.check_file(self)?;
+        cr.check_file()?;
         let r = with_scratch(|s| with_staged(|st| cr.gather(self, rows, out, s, st, stats)));
         let k = cr.cache.counters();
         stats.cache_bytes = Some(k.resident_bytes);
@@ -204,82 +179,46 @@ impl Table {
 impl CachedReader {
     fn create(t: &Table, budget: u64, policy: CachePolicy) -> Result<CachedReader, String> {
         let layout = &t.shared.table;
-        let mut indices: Vec<usize> = layout.regions().map(|r| r.file).collect();
-        indices.sort_unstable();
-        indices.dedup();
-        let path_of = |i: usize| {
-            t.shared
-                .backends
-                .path(i)
-                .ok_or_else(|| "the table was opened without a file path".to_string())
-        };
-        let cfg = UringConfig {
+        let backends = &t.shared.backends;
+        let paths = backends
+            .used()
+            .iter()
+            .map(|&i| {
+                backends
+                    .path(i)
+                    .ok_or_else(|| "the table was opened without a file path".to_string())
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let cfg = ReaderConfig {
             queue_depth: QUEUE_DEPTH,
             direct: true,
-            ..UringConfig::default()
+            ..ReaderConfig::new(Engine::Uring)
         };
         // O_DIRECT io_uring on every file, or buffered reads on all.
-        let mut direct = Vec::with_capacity(indices.len());
-        for &i in &indices {
-            match UringBackend::open(path_of(i)?, cfg) {
-                Ok(b) => direct.push(b),
-                Err(IoError::UringUnavailable(_) | IoError::DirectUnsupported { .. }) => {
-                    direct.clear();
-                    break;
-                }
-                Err(e) => return Err(e.to_string()),
+        let reader = match Reader::open(&paths, cfg) {
+            Ok(r) => Picked {
+                reader: Arc::new(r),
+                fallback: false,
+            },
+            Err(IoError::UringUnavailable(_) | IoError::DirectUnsupported { .. }) => {
+                let mut p = backends
+                    .get(Kind::Uring, "cached")
+                    .map_err(|e| e.to_string())?;
+                p.fallback = true;
+                p
             }
-        }
-        let (files, align) = if direct.len() == indices.len() {
-            let align = direct.iter().fold(1, |a, b| lcm(a, b.alignment()));
-            let files = indices
-                .iter()
-                .zip(direct)
-                .map(|(&index, b)| {
-                    let file = b.file().try_clone().map_err(|e| {
-                        format!(
-                            "cannot duplicate the descriptor of {}: {e}",
-                            b_path(t, index).display()
-                        )
-                    })?;
-                    Ok(RowFile {
-                        index,
-                        reader: Reader::Direct(Box::new(b)),
-                        file,
-                    })
-                })
-                .collect::<Result<Vec<_>, String>>()?;
-            (files, align)
-        } else {
-            let files = indices
-                .iter()
-                .map(|&index| {
-                    let mut p = t
-                        .shared
-                        .backends
-                        .get(Kind::Uring, "cached", index)
-                        .map_err(|e| e.to_string())?;
-                    p.fallback = true;
-                    let path = path_of(index)?;
-                    let file = crate::sys::open_regular(path)
-                        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-                    Ok(RowFile {
-                        index,
-                        reader: Reader::Buffered(p),
-                        file,
-                    })
-                })
-                .collect::<Result<Vec<_>, String>>()?;
-            (files, 1)
+            Err(e) => return Err(e.to_string()),
         };
-        let rb = usize::try_from(t.row_bytes()).map_err(|_| "rows too large".to_string())?;
-        let sizing = Sizing::for_parts(budget, rb, layout.parts(), align, policy)
-            .map_err(|e| e.to_string())?;
-        let seen = files.iter().map(|f| Stamp::of(&f.file).ok()).collect();
+        let r = &reader.reader;
+        let align = r.common_alignment();
+        let sizing = Sizing::for_table(budget, layout, align, policy).map_err(|e| e.to_string())?;
+        let seen = (0..r.files())
+            .map(|k| r.file(k).and_then(|f| Stamp::of(f).ok()))
+            .collect();
         Ok(CachedReader {
             cache: RowCache::new(sizing),
             regions: layout.regions().count(),
-            files,
+            reader,
             align,
             seen: Mutex::new(seen),
         })
@@ -287,21 +226,23 @@ impl CachedReader {
 
     /// Empties the cache if any file holding rows changed since the last
     /// look (one `fstat` per such file; see the module docs).
-    pub(super) fn check_file(&self, t: &Table) -> Result<(), GatherError> {
+    pub(super) fn check_file(&self) -> Result<(), GatherError> {
+        let r = &self.reader.reader;
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         let mut changed = false;
-        for (f, seen) in self.files.iter().zip(seen.iter_mut()) {
-            let now = Stamp::of(&f.file).map_err(|error| {
-                read_error(
-                    t,
-                    f.reader.name(),
-                    f.index,
-                    IoError::Os {
+        for (k, seen) in seen.iter_mut().enumerate() {
+            let now = r
+                .file(k)
+                .ok_or_else(|| std::io::Error::other("no such file"))
+                .and_then(Stamp::of)
+                .map_err(|error| GatherError::Read {
+                    backend: r.name(),
+                    path: r.path(k).map(Path::to_path_buf).unwrap_or_default(),
+                    error: IoError::Os {
                         what: "fstat",
                         error,
                     },
-                )
-            })?;
+                })?;
             if *seen != Some(now) {
                 changed = true;
                 *seen = Some(now);
@@ -464,8 +405,9 @@ impl CachedReader {
         Ok(())
     }
 
-    /// Reads a planned chunk into `buf`, file by file (one batch of reads
-    /// per file, every read of it in flight at the ring's queue depth).
+    /// Reads a planned chunk into `buf`: every file's extents, back to
+    /// back, in one batch of the reader (all in flight at its queue depth,
+    /// whatever file they are in).
     fn read_plan(
         &self,
         t: &Table,
@@ -473,29 +415,33 @@ impl CachedReader {
         buf: &mut [u8],
         stats: &mut GatherStats,
     ) -> Result<(), GatherError> {
+        let mut reads = Vec::with_capacity(plan.extents.len());
         let mut base = 0usize;
         for &(index, ref range) in &plan.files {
-            let f = &self.files[self.files.partition_point(|f| f.index < index)];
-            let extents = &plan.extents[range.clone()];
-            let len: usize = extents.iter().map(|e| e.len).sum();
-            let dst = &mut buf[base..base + len];
-            let io = match &f.reader {
-                Reader::Direct(b) => b.read_into(extents, dst),
-                Reader::Buffered(p) => {
-                    stats.fallback = true;
-                    let rp = ReadPlan::packed(extents.iter().map(|e| (e.offset, e.len))).map_err(
-                        |e| GatherError::Setup {
-                            backend: "cached",
-                            reason: format!("planning reads: {e}"),
-                        },
-                    )?;
-                    p.backend.read(&rp, dst)
-                }
+            let k = t
+                .shared
+                .backends
+                .slot(index)
+                .ok_or(GatherError::NoFile { strategy: "cached" })?;
+            for e in &plan.extents[range.clone()] {
+                reads.push(Read {
+                    file: k,
+                    offset: e.offset,
+                    len: e.len,
+                    dst: base,
+                    need: e.want,
+                });
+                base += e.len;
             }
-            .map_err(|e| read_error(t, f.reader.name(), index, e))?;
-            count_io(stats, io, f.reader.name());
-            base += len;
         }
+        let r = &self.reader.reader;
+        let io = r
+            .read(&reads, &mut buf[..base])
+            .map_err(|e| read_error(r, e))?;
+        stats.read_requests += io.requests;
+        stats.read_bytes += io.bytes;
+        stats.backend = Some(r.name());
+        stats.fallback |= self.reader.fallback;
         Ok(())
     }
 
@@ -512,7 +458,7 @@ impl CachedReader {
         progress: &mut dyn FnMut(u64, u64),
         stats: &mut GatherStats,
     ) -> Result<(u64, Vec<u64>), GatherError> {
-        self.check_file(t)?;
+        self.check_file()?;
         let capacity = self.cache.sizing().capacity() as usize;
         let mut want: Vec<u64> = Vec::with_capacity(rows.len().min(capacity));
         let mut seen = std::collections::HashSet::new();
@@ -562,40 +508,6 @@ impl CachedReader {
 fn copy_row(dst: &mut [u8], src: &[u8]) -> Result<(), GatherError> {
     dst.copy_from_slice(src);
     Ok(())
-}
-
-fn count_io(stats: &mut GatherStats, io: ReadStats, backend: &'static str) {
-    stats.read_requests += io.requests;
-    stats.read_bytes += io.bytes;
-    stats.backend = Some(backend);
-}
-
-fn b_path(t: &Table, file: usize) -> std::path::PathBuf {
-    t.shared
-        .backends
-        .path(file)
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
-fn read_error(t: &Table, backend: &'static str, file: usize, error: IoError) -> GatherError {
-    GatherError::Read {
-        backend,
-        path: b_path(t, file),
-        error,
-    }
-}
-
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
-
-fn lcm(a: usize, b: usize) -> usize {
-    a / gcd(a, b) * b
 }
 
 /// No extent open for a region.

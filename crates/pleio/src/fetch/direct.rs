@@ -1,24 +1,22 @@
 //! The direct strategies (`pread`, `uring`, `uring-direct`, `pool`): sorted,
-//! deduplicated row ids, one read plan with small gaps coalesced, one
-//! backend read into reused staging, then a decode from staging into the
-//! output in request order (duplicates decoded again from the same bytes).
+//! deduplicated row ids, one read plan per file with small gaps coalesced,
+//! the reads of every file in one batch of one [`Reader`] into reused
+//! staging, then a decode from staging into the output in request order
+//! (duplicates decoded again from the same bytes).
 //!
-//! Backends are created on first use, once per reader (clones share them),
-//! and kept: no thread, ring or file is created per call. Staging and plan
+//! Readers are created on first use, one per kind over every file the
+//! table's rows are in, once per table handle (clones share them), and
+//! kept: no thread, ring or file is created per call. Staging and plan
 //! storage are per-thread scratch reused across gathers, so a steady stream
 //! of batches allocates nothing large.
 
 use std::cell::RefCell;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use super::known_pages::Residency;
 use super::{GatherError, GatherStats, Table};
-use crate::io::{
-    IoError, PoolBackend, PoolConfig, PreadBackend, ReadBackend, ReadPlan, RowReads, UringBackend,
-    UringConfig,
-};
+use crate::io::{Engine, IoError, Read, ReadPlan, Reader, ReaderConfig, RowReads};
 use crate::output::Out;
 use crate::tuning::TUNING;
 
@@ -50,91 +48,73 @@ impl Kind {
     }
 }
 
-/// A backend ready to read, and whether it stands in for the one asked for.
+/// A reader ready to read, and whether it stands in for the one asked for.
 #[derive(Clone)]
 pub(super) struct Picked {
-    pub(super) backend: Arc<dyn ReadBackend>,
+    pub(super) reader: Arc<Reader>,
     pub(super) fallback: bool,
 }
 
 type Slot = OnceLock<Result<Picked, String>>;
 
-/// The read backends of one file, each created on first use.
-struct FileBackends {
-    path: PathBuf,
-    file: OnceLock<Result<Arc<File>, String>>,
+/// The readers of one table handle (and its clones), one per kind, each
+/// created on first use over every file the table's rows are in.
+pub(super) struct Backends {
+    /// Every file of the table's source, indexed like
+    /// [`crate::layout::ShardPart::file`].
+    paths: Vec<PathBuf>,
+    /// The files holding rows, ascending: a reader's file `k` is
+    /// `paths[used[k]]`.
+    used: Vec<usize>,
     pread: Slot,
     pool: Slot,
     uring: Slot,
     uring_direct: Slot,
 }
 
-/// The read backends of one reader: per file its rows live in, each
-/// created on first use.
-pub(super) struct Backends {
-    files: Vec<FileBackends>,
-    /// Files the table's rows are in (the pool's threads are shared out).
-    used: usize,
-}
-
 impl Backends {
-    /// Backends for the files `paths` (indexed like
-    /// [`crate::layout::ShardPart::file`]), `used` of which hold rows.
-    pub(super) fn new(paths: Vec<PathBuf>, used: usize) -> Backends {
+    /// Readers over the files `used` (ascending indices into `paths`, the
+    /// ones that hold rows).
+    pub(super) fn new(paths: Vec<PathBuf>, used: Vec<usize>) -> Backends {
         Backends {
+            paths,
             used,
-            files: paths
-                .into_iter()
-                .map(|path| FileBackends {
-                    path,
-                    file: OnceLock::new(),
-                    pread: OnceLock::new(),
-                    pool: OnceLock::new(),
-                    uring: OnceLock::new(),
-                    uring_direct: OnceLock::new(),
-                })
-                .collect(),
+            pread: OnceLock::new(),
+            pool: OnceLock::new(),
+            uring: OnceLock::new(),
+            uring_direct: OnceLock::new(),
         }
     }
 
     /// The path of file `file`.
     pub(super) fn path(&self, file: usize) -> Option<&Path> {
-        self.files.get(file).map(|f| f.path.as_path())
+        self.paths.get(file).map(PathBuf::as_path)
     }
 
-    fn file(&self, f: &FileBackends) -> Result<Arc<File>, String> {
-        f.file
-            .get_or_init(|| {
-                crate::sys::open_regular(&f.path)
-                    .map(|file| {
-                        crate::sys::random_reads(&file);
-                        Arc::new(file)
-                    })
-                    .map_err(|e| format!("cannot open {}: {e}", f.path.display()))
-            })
-            .clone()
+    /// The readers' index of file `file` (one holding rows).
+    pub(super) fn slot(&self, file: usize) -> Option<usize> {
+        self.used.binary_search(&file).ok()
     }
 
-    /// The backend for `kind` reading file `file`, created on first use.
-    /// io_uring unavailable (or `O_DIRECT` refused) falls back to the pool
-    /// (or buffered io_uring), flagged in [`Picked::fallback`].
-    pub(super) fn get(
-        &self,
-        kind: Kind,
-        strategy: &'static str,
-        file: usize,
-    ) -> Result<Picked, GatherError> {
-        let f = self
-            .files
-            .get(file)
-            .ok_or(GatherError::NoFile { strategy })?;
+    /// The files the readers read, by reader index.
+    pub(super) fn used(&self) -> &[usize] {
+        &self.used
+    }
+
+    /// The reader for `kind`, created on first use. io_uring unavailable
+    /// (or `O_DIRECT` refused) falls back to the pool (or buffered
+    /// io_uring), flagged in [`Picked::fallback`].
+    pub(super) fn get(&self, kind: Kind, strategy: &'static str) -> Result<Picked, GatherError> {
+        if self.used.iter().any(|&f| f >= self.paths.len()) {
+            return Err(GatherError::NoFile { strategy });
+        }
         let slot = match kind {
-            Kind::Pread => &f.pread,
-            Kind::Pool => &f.pool,
-            Kind::Uring => &f.uring,
-            Kind::UringDirect => &f.uring_direct,
+            Kind::Pread => &self.pread,
+            Kind::Pool => &self.pool,
+            Kind::Uring => &self.uring,
+            Kind::UringDirect => &self.uring_direct,
         };
-        slot.get_or_init(|| self.create(kind, f, file, strategy))
+        slot.get_or_init(|| self.create(kind, strategy))
             .clone()
             .map_err(|reason| GatherError::Setup {
                 backend: kind.name(),
@@ -142,46 +122,44 @@ impl Backends {
             })
     }
 
-    fn create(
-        &self,
-        kind: Kind,
-        f: &FileBackends,
-        index: usize,
-        strategy: &'static str,
-    ) -> Result<Picked, String> {
-        let exact = |backend: Arc<dyn ReadBackend>| Picked {
-            backend,
-            fallback: false,
-        };
+    fn create(&self, kind: Kind, strategy: &'static str) -> Result<Picked, String> {
         let fall_back = |to: Kind| -> Result<Picked, String> {
-            let mut p = self.get(to, strategy, index).map_err(|e| e.to_string())?;
+            let mut p = self.get(to, strategy).map_err(|e| e.to_string())?;
             p.fallback = true;
             Ok(p)
         };
-        match kind {
-            Kind::Pread => Ok(exact(Arc::new(PreadBackend::new(self.file(f)?)))),
-            Kind::Pool => {
-                // One pool per file: a table spread over many files shares
-                // the default thread budget out among them (at least 4 each).
-                let mut cfg = PoolConfig::default();
-                cfg.threads = (cfg.threads / self.used.max(1)).max(4);
-                PoolBackend::new(self.file(f)?, cfg)
-                    .map(|b| exact(Arc::new(b)))
-                    .map_err(|e| e.to_string())
-            }
-            Kind::Uring | Kind::UringDirect => {
-                let cfg = UringConfig {
-                    direct: kind == Kind::UringDirect,
-                    ..UringConfig::default()
-                };
-                match UringBackend::open(&f.path, cfg) {
-                    Ok(b) => Ok(exact(Arc::new(b))),
-                    Err(IoError::UringUnavailable(_)) => fall_back(Kind::Pool),
-                    Err(IoError::DirectUnsupported { .. }) => fall_back(Kind::Uring),
-                    Err(e) => Err(e.to_string()),
-                }
-            }
+        let cfg = match kind {
+            Kind::Pread => ReaderConfig::new(Engine::Pread),
+            Kind::Pool => ReaderConfig::new(Engine::Pool),
+            Kind::Uring | Kind::UringDirect => ReaderConfig {
+                direct: kind == Kind::UringDirect,
+                ..ReaderConfig::new(Engine::Uring)
+            },
+        };
+        let paths: Vec<&Path> = self.used.iter().map(|&f| self.paths[f].as_path()).collect();
+        match Reader::open(&paths, cfg) {
+            Ok(reader) => Ok(Picked {
+                reader: Arc::new(reader),
+                fallback: false,
+            }),
+            Err(IoError::UringUnavailable(_)) => fall_back(Kind::Pool),
+            Err(IoError::DirectUnsupported { .. }) => fall_back(Kind::Uring),
+            Err(e) => Err(e.to_string()),
         }
+    }
+}
+
+/// A read of `reader` failed: the error, naming the file it is about (or
+/// the first file, for one about none).
+pub(super) fn read_error(reader: &Reader, error: IoError) -> GatherError {
+    GatherError::Read {
+        backend: reader.name(),
+        path: error
+            .path()
+            .or_else(|| reader.path(0))
+            .map(Path::to_path_buf)
+            .unwrap_or_default(),
+        error,
     }
 }
 
@@ -198,6 +176,8 @@ pub(super) struct Scratch {
     /// Where each part landed in staging, by `u * parts + part`.
     at: Vec<usize>,
     pub(super) reads: RowReads,
+    /// The reads of every file, for the reader.
+    batch: Vec<Read>,
     staging: Vec<u8>,
     /// One row of several parts, put together.
     row: Vec<u8>,
@@ -314,9 +294,9 @@ impl Table {
         decoded
     }
 
-    /// Reads `s.extents` (sorted by file and offset) file by file into
-    /// `s.staging`, one plan and one backend read per file, and records in
-    /// `s.at` where each landed.
+    /// Reads `s.extents` (sorted by file and offset) into `s.staging`, one
+    /// plan per file, all files' reads in one batch of the `kind` reader,
+    /// and records in `s.at` where each landed.
     fn read_files(
         &self,
         kind: Kind,
@@ -324,15 +304,17 @@ impl Table {
         s: &mut Scratch,
         stats: &mut GatherStats,
     ) -> Result<(), GatherError> {
+        let picked = self.shared.backends.get(kind, strategy)?;
+        let reader = &picked.reader;
+        s.batch.clear();
         let mut base = 0usize;
         let mut i = 0usize;
         while i < s.extents.len() {
             let file = s.extents[i].0;
             let n = s.extents[i..].partition_point(|e| e.0 == file);
             let group = &s.extents[i..i + n];
-            let picked = self.shared.backends.get(kind, strategy, file)?;
             let setup = |e: crate::io::PlanError| GatherError::Setup {
-                backend: picked.backend.name(),
+                backend: reader.name(),
                 reason: format!("planning reads: {e}"),
             };
             ReadPlan::for_extents_into(
@@ -344,37 +326,39 @@ impl Table {
             let end = base
                 .checked_add(s.reads.plan.staging_len())
                 .ok_or_else(|| setup(crate::io::PlanError::Overflow { index: 0 }))?;
-            if s.staging.len() < end {
-                s.staging.resize(end, 0);
-            }
-            let io = picked
-                .backend
-                .read(&s.reads.plan, &mut s.staging[base..end])
-                .map_err(|error| {
-                    if s.staging.len() > STAGING_KEEP {
-                        s.staging = Vec::new();
-                    }
-                    GatherError::Read {
-                        backend: picked.backend.name(),
-                        path: self
-                            .shared
-                            .backends
-                            .path(file)
-                            .map(Path::to_path_buf)
-                            .unwrap_or_default(),
-                        error,
-                    }
-                })?;
+            let k = self
+                .shared
+                .backends
+                .slot(file)
+                .ok_or(GatherError::NoFile { strategy })?;
+            s.batch.extend(
+                s.reads
+                    .plan
+                    .spans()
+                    .iter()
+                    .map(|sp| Read::new(k, sp.file_offset, sp.len, base + sp.dst_offset)),
+            );
             for (&(_, _, _, slot), &off) in group.iter().zip(&s.reads.staging_offsets) {
                 s.at[slot] = base + off;
             }
-            stats.read_requests += io.requests;
-            stats.read_bytes += io.bytes;
-            stats.backend = Some(picked.backend.name());
-            stats.fallback |= picked.fallback;
             base = end;
             i += n;
         }
+        if s.staging.len() < base {
+            s.staging.resize(base, 0);
+        }
+        let io = reader
+            .read(&s.batch, &mut s.staging[..base])
+            .map_err(|error| {
+                if s.staging.len() > STAGING_KEEP {
+                    s.staging = Vec::new();
+                }
+                read_error(reader, error)
+            })?;
+        stats.read_requests += io.requests;
+        stats.read_bytes += io.bytes;
+        stats.backend = Some(reader.name());
+        stats.fallback |= picked.fallback;
         stats.cold_rows += s.order.len() as u64;
         Ok(())
     }

@@ -19,9 +19,11 @@
 //! (5 MiB of f32 for a 512-token qwen4exp ubatch), bounded by what the
 //! caller keeps in flight.
 //!
-//! [`crate::Table::prefetch`] is the public entry: it starts one worker per
-//! table on first use and queues each batch with the handle it was
-//! prefetched on.
+//! One mechanism serves both entries: a [`Prefetcher`], a worker thread
+//! per process started on first use. [`crate::Table::prefetch`], the public
+//! entry, holds one per table (shared by its clones) and queues each batch
+//! with the handle it was prefetched on; a [`Lookahead`] is a prefetcher
+//! with a table and a strategy of its own, its worker started at once.
 //!
 //! After `fork()` the worker thread does not exist in the child: a child's
 //! first prefetch starts the child's own worker. A batch prefetched before
@@ -159,8 +161,83 @@ struct Job {
     reply: SyncSender<Outcome>,
 }
 
+/// A persistent worker thread per process, started on first use, that
+/// runs queued gathers in the order queued; each batch carries the table
+/// handle to gather with.
+///
+/// Dropping it lets the worker finish the batches whose handles are still
+/// alive, then joins it.
+#[derive(Debug)]
+pub struct Prefetcher {
+    shared: Arc<Shared>,
+    /// The worker of each process using the prefetcher (see the module
+    /// documentation on `fork()`).
+    worker: PerProcess<Worker>,
+}
+
+impl Default for Prefetcher {
+    /// No worker yet: the first prefetch (or [`Prefetcher::start`]) of each
+    /// process starts its own.
+    fn default() -> Prefetcher {
+        Prefetcher {
+            shared: Arc::default(),
+            worker: PerProcess::lazy(),
+        }
+    }
+}
+
+impl Prefetcher {
+    /// This process's worker, started if it is not running yet.
+    pub(crate) fn start(&self) -> Result<(), LookaheadError> {
+        self.worker
+            .get_or_try_init(|| Worker::start(&self.shared))
+            .map(drop)
+            .map_err(LookaheadError::Spawn)
+    }
+
+    /// Starts fetching `rows` as `dtype` from `reader` (with its strategy
+    /// and rounding) in the background.
+    pub(crate) fn prefetch_on(&self, reader: Table, dtype: Dtype, rows: &[u64]) -> Prefetch {
+        self.shared
+            .counters
+            .prefetches
+            .fetch_add(1, Ordering::Relaxed);
+        let (reply, rx) = mpsc::sync_channel(1);
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let job = Job {
+            strategy: reader.strategy(),
+            reader,
+            dtype,
+            rows: rows.to_vec(),
+            issued: Instant::now(),
+            cancelled: cancelled.clone(),
+            reply,
+        };
+        let mut ready = None;
+        // A process forked since the worker started starts its own here.
+        match self.worker.get_or_try_init(|| Worker::start(&self.shared)) {
+            // A send fails only if the worker died; the handle then reports
+            // `WorkerGone` at wait (its reply sender is dropped with the job).
+            Ok(w) => {
+                if let Some(tx) = &w.tx {
+                    let _ = tx.send(job);
+                }
+            }
+            Err(e) => ready = Some(Err(LookaheadError::Spawn(e))),
+        }
+        Prefetch {
+            rx,
+            cancelled,
+            shared: self.shared.clone(),
+            ready,
+            pid: std::process::id(),
+        }
+    }
+}
+
 /// Background fetching of future batches for one table, with one strategy,
-/// on one persistent worker thread (batches run in the order prefetched).
+/// on one persistent worker thread (batches run in the order prefetched):
+/// a [`Prefetcher`] with a table and strategy of its own.
 ///
 /// Dropping the lookahead lets the worker finish the batches whose handles
 /// are still alive, then joins it.
@@ -168,10 +245,7 @@ struct Job {
 pub struct Lookahead {
     reader: Table,
     strategy: Strategy,
-    shared: Arc<Shared>,
-    /// The worker of each process using the lookahead (see the module
-    /// documentation on `fork()`).
-    worker: PerProcess<Worker>,
+    prefetcher: Prefetcher,
 }
 
 /// One process's worker thread and its queue.
@@ -214,13 +288,12 @@ impl Lookahead {
         // Without the table's own prefetch worker: a batch never holds the
         // worker that runs it.
         let reader = reader.detached().with_strategy(strategy);
-        let shared = Arc::new(Shared::default());
-        let worker = Worker::start(&shared).map_err(LookaheadError::Spawn)?;
+        let prefetcher = Prefetcher::default();
+        prefetcher.start()?;
         Ok(Lookahead {
             reader,
             strategy,
-            shared,
-            worker: PerProcess::new(worker),
+            prefetcher,
         })
     }
 
@@ -237,52 +310,15 @@ impl Lookahead {
     /// Starts fetching `rows` (as f32) in the background and returns at
     /// once. Errors (a bad row id) are reported by the handle's `wait`.
     pub fn prefetch(&self, rows: &[u64]) -> Prefetch {
-        self.prefetch_on(self.reader.clone(), Dtype::F32, rows)
-    }
-
-    /// Starts fetching `rows` as `dtype` from `reader` (a handle of the
-    /// same table, with its own strategy and rounding) in the background.
-    pub(crate) fn prefetch_on(&self, reader: Table, dtype: Dtype, rows: &[u64]) -> Prefetch {
-        self.shared
-            .counters
-            .prefetches
-            .fetch_add(1, Ordering::Relaxed);
-        let (reply, rx) = mpsc::sync_channel(1);
-        let cancelled = Arc::new(AtomicBool::new(false));
-        let job = Job {
-            strategy: reader.strategy(),
-            reader,
-            dtype,
-            rows: rows.to_vec(),
-            issued: Instant::now(),
-            cancelled: cancelled.clone(),
-            reply,
-        };
-        let mut ready = None;
-        // A process forked since `new` starts its own worker here.
-        match self.worker.get_or_try_init(|| Worker::start(&self.shared)) {
-            // A send fails only if the worker died; the handle then reports
-            // `WorkerGone` at wait (its reply sender is dropped with the job).
-            Ok(w) => {
-                if let Some(tx) = &w.tx {
-                    let _ = tx.send(job);
-                }
-            }
-            Err(e) => ready = Some(Err(LookaheadError::Spawn(e))),
-        }
-        Prefetch {
-            rx,
-            cancelled,
-            shared: self.shared.clone(),
-            ready,
-            pid: std::process::id(),
-        }
+        self.prefetcher
+            .prefetch_on(self.reader.clone(), Dtype::F32, rows)
     }
 
     /// Gathers `rows` now, on the caller's thread (for batches that were
     /// not prefetched).
     pub fn gather(&self, rows: &[u64], out: &mut [f32]) -> Result<GatherStats, Error> {
-        self.shared
+        self.prefetcher
+            .shared
             .counters
             .direct_gathers
             .fetch_add(1, Ordering::Relaxed);
@@ -291,12 +327,12 @@ impl Lookahead {
 
     /// Gives a buffer from [`Prefetched::data`] back for reuse.
     pub fn recycle(&self, buf: Vec<f32>) {
-        self.shared.recycle(buf);
+        self.prefetcher.shared.recycle(buf);
     }
 
     /// Totals so far.
     pub fn counters(&self) -> LookaheadCounters {
-        let c = &self.shared.counters;
+        let c = &self.prefetcher.shared.counters;
         LookaheadCounters {
             prefetches: c.prefetches.load(Ordering::Relaxed),
             worker_gathers: c.worker_gathers.load(Ordering::Relaxed),

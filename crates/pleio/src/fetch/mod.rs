@@ -57,7 +57,7 @@ use crate::output::{Decoder, Dtype, Out, Rounding};
 use crate::page_plan::{Bounds, Planner, RowSpan};
 use crate::quant::DecodeError;
 use crate::sys::{self, AdviceOutcome, Advisor, MemRun};
-use lookahead::{Lookahead, Prefetch};
+use lookahead::{Lookahead, Prefetch, Prefetcher};
 
 /// How row bytes are brought in from the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -200,7 +200,7 @@ pub enum GatherError {
     },
     /// Reading the rows' bytes from the file failed (e.g. the file is
     /// shorter than its table: an error naming the offset, not SIGBUS).
-    #[error("{backend} read of {path}: {error}")]
+    #[error("{backend}: {error}")]
     Read {
         /// The read backend (`pread`, `uring`, `uring-direct`, `pool`).
         backend: &'static str,
@@ -525,14 +525,6 @@ pub struct Table {
     prefetcher: Arc<Prefetcher>,
 }
 
-/// The lazily started lookahead worker of a table handle and its clones.
-#[derive(Debug, Default)]
-struct Prefetcher {
-    worker: OnceLock<Lookahead>,
-    /// Held while starting the worker, so only one thread ever makes one.
-    start: std::sync::Mutex<()>,
-}
-
 impl fmt::Debug for Table {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Table")
@@ -682,7 +674,7 @@ impl Table {
             shared: Arc::new(Shared {
                 source,
                 table,
-                backends: direct::Backends::new(paths, files.len()),
+                backends: direct::Backends::new(paths, files),
                 residency: OnceLock::new(),
                 totals: totals::Totals::default(),
             }),
@@ -777,8 +769,7 @@ impl Table {
         // The alignment is known once the file is opened for O_DIRECT; the
         // check here assumes the common worst case (4096) and the cache
         // checks again when it is made.
-        let rb = usize::try_from(self.row_bytes()).unwrap_or(usize::MAX);
-        Sizing::for_parts(bytes, rb, self.shared.table.parts(), 4096, policy).map_err(|e| {
+        Sizing::for_table(bytes, &self.shared.table, 4096, policy).map_err(|e| {
             self.locate(GatherError::Setup {
                 backend: "cached",
                 reason: e.to_string(),
@@ -1006,24 +997,8 @@ impl Table {
             .table
             .check_rows(rows)
             .map_err(|e| self.locate(GatherError::Table(e)))?;
-        let worker = match self.prefetcher.worker.get() {
-            Some(w) => w,
-            None => {
-                let _one = self
-                    .prefetcher
-                    .start
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                match self.prefetcher.worker.get() {
-                    Some(w) => w,
-                    None => {
-                        let w = self.lookahead()?;
-                        self.prefetcher.worker.get_or_init(|| w)
-                    }
-                }
-            }
-        };
-        Ok(worker.prefetch_on(self.detached(), dtype, rows))
+        self.prefetcher.start()?;
+        Ok(self.prefetcher.prefetch_on(self.detached(), dtype, rows))
     }
 
     /// The mapping of the file holding row 0 (for a GGUF table, the one
@@ -1448,12 +1423,7 @@ impl From<GatherError> for Error {
                         (ErrorKind::Io, Some(*offset), Some(path.clone()))
                     }
                     GatherError::Read { path, error, .. } => {
-                        let offset = match error {
-                            IoError::Read { offset, .. }
-                            | IoError::UnexpectedEof { offset, .. } => Some(*offset),
-                            _ => None,
-                        };
-                        (ErrorKind::Io, offset, Some(path.clone()))
+                        (ErrorKind::Io, error.offset(), Some(path.clone()))
                     }
                     GatherError::OutputLength { .. } => (ErrorKind::OutputSize, None, None),
                     _ => (ErrorKind::Setup, None, None),

@@ -11,10 +11,10 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use super::direct::Kind;
+use super::direct::{read_error, Kind};
 use super::{GatherError, GatherStats, Strategy, Table};
 use crate::error::Error;
-use crate::io::ReadPlan;
+use crate::io::Read;
 
 /// Staging for page-cache warming reads, per chunk.
 const PAGE_CHUNK: usize = 4 << 20;
@@ -143,44 +143,50 @@ impl Table {
         let mut stats = GatherStats::default();
         progress(0, total);
         let mut done_pages = 0usize;
-        // File by file, through each file's buffered io_uring.
-        for group in sorted.chunk_by(|a, b| a.0 == b.0) {
-            let file = group[0].0;
-            let picked = self.shared.backends.get(Kind::Uring, "prewarm", file)?;
-            let file_len = self.mapping_of(file).map(|m| m.len() as u64);
-            for chunk in group.chunks(per) {
-                // Adjacent pages merge into one read; the file's last page
-                // is read as far as the file goes.
-                let mut runs: Vec<(u64, usize)> = Vec::new();
-                for &(_, p) in chunk {
-                    let off = p * page;
-                    let len = file_len.map_or(page, |l| l.saturating_sub(off).min(page)) as usize;
-                    match runs.last_mut() {
-                        Some(r) if r.0 + r.1 as u64 == off => r.1 += len,
-                        _ => runs.push((off, len)),
-                    }
+        // Every file's pages through one buffered io_uring reader, a chunk
+        // at a time.
+        let picked = self.shared.backends.get(Kind::Uring, "prewarm")?;
+        let reader = &picked.reader;
+        let mut reads: Vec<Read> = Vec::new();
+        let mut file_len = (usize::MAX, None);
+        for chunk in sorted.chunks(per) {
+            // Adjacent pages merge into one read; a file's last page is
+            // read as far as the file goes.
+            reads.clear();
+            let mut dst = 0usize;
+            for &(file, p) in chunk {
+                if file_len.0 != file {
+                    file_len = (file, self.mapping_of(file).map(|m| m.len() as u64));
                 }
-                let plan = ReadPlan::packed(runs).map_err(|e| GatherError::Setup {
-                    backend: "prewarm",
-                    reason: format!("planning reads: {e}"),
-                })?;
-                let io = picked
-                    .backend
-                    .read(&plan, &mut staging[..plan.staging_len()])
-                    .map_err(|error| GatherError::Read {
-                        backend: picked.backend.name(),
-                        path: self.file_path(file).to_path_buf(),
-                        error,
+                let k = self
+                    .shared
+                    .backends
+                    .slot(file)
+                    .ok_or(GatherError::NoFile {
+                        strategy: "prewarm",
                     })?;
-                stats.read_requests += io.requests;
-                stats.read_bytes += io.bytes;
-                done_pages += chunk.len();
-                // Rows are reported in proportion to the pages read.
-                progress(
-                    (total as u128 * done_pages as u128 / sorted.len().max(1) as u128) as u64,
-                    total,
-                );
+                let off = p * page;
+                let len = file_len.1.map_or(page, |l| l.saturating_sub(off).min(page)) as usize;
+                match reads.last_mut() {
+                    Some(r) if r.file == k && r.offset + r.len as u64 == off => {
+                        r.len += len;
+                        r.need += len;
+                    }
+                    _ => reads.push(Read::new(k, off, len, dst)),
+                }
+                dst += len;
             }
+            let io = reader
+                .read(&reads, &mut staging[..dst])
+                .map_err(|e| read_error(reader, e))?;
+            stats.read_requests += io.requests;
+            stats.read_bytes += io.bytes;
+            done_pages += chunk.len();
+            // Rows are reported in proportion to the pages read.
+            progress(
+                (total as u128 * done_pages as u128 / sorted.len().max(1) as u128) as u64,
+                total,
+            );
         }
         let res = self.residency();
         for &r in &set {

@@ -1,30 +1,38 @@
-//! Read backends: positioned reads of planned byte spans into one staging
-//! buffer.
+//! Reading: positioned reads of byte ranges of a table's files into one
+//! staging buffer, through one [`Reader`].
 //!
-//! A [`ReadPlan`] lists byte spans of one file and where each lands in a
-//! staging buffer; [`ReadPlan::for_rows`] builds one from sorted row ids,
-//! coalescing rows separated by small gaps. Every [`ReadBackend`] fills the
-//! staging buffer with exactly the same bytes:
+//! A [`Reader`] holds every file of a table (a GGUF tensor: one; a
+//! checkpoint: each file its rows are in) and reads a batch of [`Read`]s
+//! (file, offset, length, where in staging) with up to its queue depth in
+//! flight *across* files, never file after file. How the reads are done is
+//! its [`Engine`]; every engine fills staging with exactly the same bytes:
 //!
-//! - [`PreadBackend`]: positioned reads on the caller's thread, one span after
+//! - [`Engine::Pread`]: positioned reads on the caller's thread, one after
 //!   another (queue depth 1);
-//! - [`PoolBackend`]: the same reads spread over a persistent pool of reader
-//!   threads for large batches, inline for small ones;
-//! - [`UringBackend`]: one persistent io_uring, all spans in flight at a
-//!   configurable queue depth, buffered or `O_DIRECT` (Linux only).
+//! - [`Engine::Pool`]: the same reads spread over a persistent pool of
+//!   reader threads (as many as the queue depth) for large batches, inline
+//!   for small ones: the stand-in where io_uring is unavailable;
+//! - [`Engine::Uring`]: one persistent io_uring, every read of the batch in
+//!   flight at up to the queue depth (Linux only).
+//!
+//! Any engine reads buffered or with `O_DIRECT` ([`ReaderConfig::direct`]):
+//! then each file's own alignment applies, an aligned read lands straight
+//! in staging, and an unaligned one is read as the aligned blocks covering
+//! it into bounded scratch and copied out.
 //!
 //! The pool's threads and the ring belong to the process that made them: a
 //! process forked from it makes its own on first use ([`process`]), so a
 //! table opened before `fork()` works in the parent and in every child.
 //!
 //! A short read that reaches the end of the file is an error naming the
-//! offset ([`IoError::UnexpectedEof`]), never a hang or a signal: nothing here
-//! maps the file.
+//! file and offset ([`IoError::UnexpectedEof`]), never a hang or a signal:
+//! nothing here maps the file.
 #![cfg(unix)]
 
 mod pool;
 mod pread;
 pub(crate) mod process;
+mod reader;
 mod spans;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)] // io_uring: buffers must outlive their reads
@@ -35,16 +43,14 @@ mod uring;
 
 use std::fs::File;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-pub use pool::{PoolBackend, PoolConfig};
-pub use pread::PreadBackend;
+pub use reader::{Engine, Read, Reader, ReaderConfig};
 pub use spans::{PlanError, ReadPlan, RowReads, Span};
-pub use uring::{Extent, UringBackend, UringConfig};
 
-/// Errors from reading a plan. Each message includes its cause (the OS
-/// error), which `source()` does not return again, so a printed error
-/// chain names every cause once.
+/// Errors from reading. Each message includes its cause (the OS error),
+/// which `source()` does not return again, so a printed error chain names
+/// every cause once.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum IoError {
@@ -57,8 +63,10 @@ pub enum IoError {
         error: io::Error,
     },
     /// A read failed.
-    #[error("read of {len} bytes at file offset {offset} failed: {error}")]
+    #[error("read of {len} bytes of {path} at offset {offset} failed: {error}", path = path.display())]
     Read {
+        /// The file.
+        path: PathBuf,
         /// File offset of the failed read.
         offset: u64,
         /// Bytes asked for.
@@ -66,25 +74,37 @@ pub enum IoError {
         /// The OS error.
         error: io::Error,
     },
-    /// The file ended before a span did (it is shorter than the plan says,
+    /// The file ended before a read did (it is shorter than the plan says,
     /// e.g. truncated).
-    #[error("file ends at offset {offset}, but a span needs bytes up to {end}")]
+    #[error("{path} ends at offset {offset}, but a read needs bytes up to {end}", path = path.display())]
     UnexpectedEof {
+        /// The file.
+        path: PathBuf,
         /// Where the file ends: its length when the short read was seen.
         offset: u64,
-        /// The end of the span that needed it.
+        /// The end of the read that needed it.
         end: u64,
     },
-    /// The staging buffer is shorter than the plan needs.
-    #[error("staging buffer holds {got} bytes but the plan needs {need}")]
+    /// The staging buffer is shorter than the reads need.
+    #[error("staging buffer holds {got} bytes but the reads need {need}")]
     Staging {
         /// Bytes needed.
         need: usize,
         /// Bytes given.
         got: usize,
     },
+    /// The reads are not a valid batch (a file index past the reader's
+    /// files, destinations out of order or overlapping, more bytes needed
+    /// than read).
+    #[error("read {index}: {reason}")]
+    BadRead {
+        /// Index of the offending read in the batch.
+        index: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// io_uring cannot be used here (old kernel, seccomp, or
-    /// `kernel.io_uring_disabled`): fall back to another backend.
+    /// `kernel.io_uring_disabled`): fall back to another engine.
     #[error("io_uring is unavailable: {0}")]
     UringUnavailable(io::Error),
     /// The file system refuses `O_DIRECT` for this file.
@@ -95,10 +115,12 @@ pub enum IoError {
         /// Why.
         reason: String,
     },
-    /// An `O_DIRECT` read was asked for at an offset, length or buffer
-    /// address that is not a multiple of the alignment.
-    #[error("O_DIRECT read of {len} bytes at offset {offset} is not aligned to {align} bytes")]
+    /// An `O_DIRECT` read that must land in place (the device floor's) is
+    /// not a multiple of its file's alignment.
+    #[error("O_DIRECT read of {len} bytes of {path} at offset {offset} is not aligned to {align} bytes", path = path.display())]
     Misaligned {
+        /// The file.
+        path: PathBuf,
         /// File offset of the read.
         offset: u64,
         /// Its length.
@@ -116,15 +138,41 @@ pub enum IoError {
     },
 }
 
-/// What a backend did for one plan (for benchmarks and stats).
+impl IoError {
+    /// The file the error is about, when it names one.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            IoError::Open { path, .. }
+            | IoError::Read { path, .. }
+            | IoError::UnexpectedEof { path, .. }
+            | IoError::DirectUnsupported { path, .. }
+            | IoError::Misaligned { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    /// The file offset the error is about, when it names one.
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            IoError::Read { offset, .. }
+            | IoError::UnexpectedEof { offset, .. }
+            | IoError::Misaligned { offset, .. } => Some(*offset),
+            _ => None,
+        }
+    }
+}
+
+/// What a reader did for one batch (for benchmarks and stats).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReadStats {
     /// Read requests issued (syscalls or ring entries), including resubmits.
     pub requests: u64,
-    /// Bytes asked of the file, including `O_DIRECT` alignment slack.
+    /// Bytes asked of the files, including `O_DIRECT` alignment slack.
     pub bytes: u64,
     /// Short reads continued with another request.
     pub short_reads: u64,
+    /// The most requests in flight at once (at most the queue depth).
+    pub peak_in_flight: u64,
 }
 
 impl ReadStats {
@@ -132,127 +180,63 @@ impl ReadStats {
         self.requests += other.requests;
         self.bytes += other.bytes;
         self.short_reads += other.short_reads;
+        self.peak_in_flight = self.peak_in_flight.max(other.peak_in_flight);
     }
 }
 
-/// A way of reading a [`ReadPlan`] from one file into a staging buffer.
-///
-/// Contract: on `Ok`, `staging[s.dst_offset..][..s.len]` holds the file's
-/// bytes `[s.file_offset, s.file_offset + s.len)` for every span `s`, and
-/// no other staging byte was written. On `Err`, the staging contents are
-/// unspecified (but no read is still in flight). Backends are `Send + Sync`
-/// and may be called from many threads at once.
-pub trait ReadBackend: Send + Sync {
-    /// Short name (`pread`, `pool`, `uring`, `uring-direct`).
-    fn name(&self) -> &'static str;
-
-    /// Read every span of `plan` into `staging` (at least
-    /// [`ReadPlan::staging_len`] bytes).
-    fn read(&self, plan: &ReadPlan, staging: &mut [u8]) -> Result<ReadStats, IoError>;
+/// One aligned read of the row cache's chunk plans: `len` bytes of a file
+/// at `offset`, of which at least `want` must arrive (the rest is alignment
+/// slack that may lie past the end of the file); read as a [`Read`] with
+/// `need: want`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// File offset.
+    pub offset: u64,
+    /// Bytes to read.
+    pub len: usize,
+    /// Bytes that must arrive (at most `len`).
+    pub want: usize,
 }
 
-/// Open `path` read-only for random reads (readahead off).
-fn open(path: &std::path::Path) -> Result<File, IoError> {
-    let file = crate::sys::open_regular(path).map_err(|source| IoError::Open {
-        path: path.to_path_buf(),
-        error: source,
-    })?;
-    crate::sys::random_reads(&file);
-    Ok(file)
+/// One open file of a [`Reader`].
+#[derive(Debug)]
+struct FileEntry {
+    path: PathBuf,
+    file: File,
+    /// `O_DIRECT` alignment (offset, length and memory), 1 when buffered.
+    align: usize,
 }
 
-/// Check the staging buffer is long enough for `plan`.
-fn check_staging(plan: &ReadPlan, staging: &[u8]) -> Result<(), IoError> {
-    if staging.len() < plan.staging_len() {
-        return Err(IoError::Staging {
-            need: plan.staging_len(),
-            got: staging.len(),
-        });
-    }
-    Ok(())
-}
-
-/// An end-of-file error with the file's real end: a read that returns no
-/// bytes at `at` only says the file ends at or before `at`.
-fn with_file_end(file: &File, e: IoError) -> IoError {
-    match e {
-        IoError::UnexpectedEof { offset, end } => IoError::UnexpectedEof {
-            offset: file.metadata().map_or(offset, |m| m.len().min(offset)),
+impl FileEntry {
+    /// An end-of-file error for a read of this file that needed bytes up
+    /// to `end` and got none at `at`: the file's real end is given (a read
+    /// that returns no bytes at `at` only says the file ends at or before
+    /// `at`).
+    fn eof(&self, at: u64, end: u64) -> IoError {
+        IoError::UnexpectedEof {
+            path: self.path.clone(),
+            offset: self.file.metadata().map_or(at, |m| m.len().min(at)),
             end,
-        },
-        e => e,
+        }
+    }
+
+    /// A failed read of `len` bytes at `offset`.
+    fn failed(&self, offset: u64, len: usize, error: io::Error) -> IoError {
+        IoError::Read {
+            path: self.path.clone(),
+            offset,
+            len,
+            error,
+        }
     }
 }
 
-/// Fill `buf` from `file` at `offset`, looping on short reads and `EINTR`;
-/// the end of the file before `buf` is full is [`IoError::UnexpectedEof`].
-/// Returns the number of read calls made.
-fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> Result<ReadStats, IoError> {
-    use std::os::unix::fs::FileExt;
-    let end = offset + buf.len() as u64;
-    let mut done = 0usize;
-    let mut stats = ReadStats {
-        bytes: buf.len() as u64,
-        ..ReadStats::default()
-    };
-    while done < buf.len() {
-        let at = offset + done as u64;
-        stats.requests += 1;
-        match file.read_at(&mut buf[done..], at) {
-            Ok(0) => {
-                return Err(with_file_end(
-                    file,
-                    IoError::UnexpectedEof { offset: at, end },
-                ))
-            }
-            Ok(n) => {
-                done += n;
-                if done < buf.len() {
-                    stats.short_reads += 1;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(source) => {
-                return Err(IoError::Read {
-                    offset: at,
-                    len: buf.len() - done,
-                    error: source,
-                })
-            }
-        }
-    }
-    Ok(stats)
-}
-
-/// Split `staging` into the disjoint destination slices of `plan`'s spans,
-/// each cut into pieces of at most `max_piece` bytes, paired with their
-/// file offsets. Spans are validated ascending and non-overlapping in the
-/// staging buffer, so this needs no unsafe code.
-fn pieces<'a>(
-    plan: &ReadPlan,
-    staging: &'a mut [u8],
-    max_piece: usize,
-) -> Vec<(u64, &'a mut [u8])> {
-    let max_piece = max_piece.max(1);
-    let mut out = Vec::with_capacity(plan.spans().len());
-    let mut rest = staging;
-    let mut base = 0usize;
-    for s in plan.spans() {
-        let tail = std::mem::take(&mut rest);
-        let (_, tail) = tail.split_at_mut(s.dst_offset - base);
-        let (mut dst, tail) = tail.split_at_mut(s.len);
-        rest = tail;
-        base = s.dst_offset + s.len;
-        let mut off = s.file_offset;
-        while dst.len() > max_piece {
-            let (head, t) = std::mem::take(&mut dst).split_at_mut(max_piece);
-            out.push((off, head));
-            off += max_piece as u64;
-            dst = t;
-        }
-        if !dst.is_empty() {
-            out.push((off, dst));
-        }
-    }
-    out
+/// One request an engine performs: fill `buf` from `file` at `offset`; at
+/// least `want` bytes must arrive (the rest is `O_DIRECT` slack that may
+/// lie past the end of the file).
+struct Op<'a> {
+    file: &'a FileEntry,
+    offset: u64,
+    buf: &'a mut [u8],
+    want: usize,
 }

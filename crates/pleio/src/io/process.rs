@@ -53,6 +53,20 @@ impl<T> PerProcess<T> {
         }
     }
 
+    /// Holds no value yet: every process using it, this one included,
+    /// makes its own on first use.
+    pub fn lazy() -> PerProcess<T> {
+        PerProcess {
+            head: Entry {
+                // No process has id 0 here (it is the kernel's), so every
+                // process goes on to an entry of its own.
+                pid: 0,
+                value: None,
+                next: OnceLock::new(),
+            },
+        }
+    }
+
     /// The calling process's value; in a process forked since the first
     /// value was made, `make`'s on first use (another thread of the same
     /// process racing it keeps the first one made). An error from `make`
@@ -119,6 +133,21 @@ mod tests {
             .get_or_try_init(|| -> Result<u32, ()> { panic!("made again") })
             .unwrap();
         assert_eq!(*got, 7);
+    }
+
+    #[test]
+    fn a_lazy_value_is_made_once_on_first_use() {
+        let p = PerProcess::<u32>::lazy();
+        assert_eq!(
+            p.get_or_try_init(|| Err::<u32, &str>("no")).unwrap_err(),
+            "no"
+        );
+        assert_eq!(*p.get_or_try_init(|| Ok::<_, ()>(3)).unwrap(), 3);
+        assert_eq!(
+            *p.get_or_try_init(|| -> Result<u32, ()> { panic!("made again") })
+                .unwrap(),
+            3
+        );
     }
 
     #[test]

@@ -76,7 +76,19 @@ pub fn physical_memory() -> u64 {
 /// socket, a device or a directory is an `InvalidInput` error saying what
 /// it is. Every table file pleio opens goes through here.
 pub fn open_regular(path: &Path) -> std::io::Result<File> {
-    let file = base::open_nonblocking(path)?;
+    open_checked(path, false)
+}
+
+/// [`open_regular`] with `O_DIRECT` (reads bypass the page cache): the same
+/// non-blocking open and `fstat` check, the flag kept when the descriptor
+/// is switched back to blocking. A file system that refuses `O_DIRECT`
+/// fails the open with `EINVAL`; an OS without it is an `Unsupported` error.
+pub fn open_regular_direct(path: &Path) -> std::io::Result<File> {
+    open_checked(path, true)
+}
+
+fn open_checked(path: &Path, direct: bool) -> std::io::Result<File> {
+    let file = base::open_nonblocking(path, direct)?;
     let ty = file.metadata()?.file_type();
     if ty.is_dir() {
         return Err(std::io::Error::new(

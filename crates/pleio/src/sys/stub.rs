@@ -108,7 +108,13 @@ pub(super) fn physical_memory() -> u64 {
     0
 }
 
-pub(super) fn open_nonblocking(path: &Path) -> io::Result<File> {
+pub(super) fn open_nonblocking(path: &Path, direct: bool) -> io::Result<File> {
+    if direct {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "O_DIRECT is not available on this OS",
+        ));
+    }
     File::open(path)
 }
 

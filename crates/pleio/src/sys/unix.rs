@@ -94,11 +94,22 @@ pub(super) fn physical_memory() -> u64 {
     }
 }
 
-pub(super) fn open_nonblocking(path: &Path) -> io::Result<File> {
+pub(super) fn open_nonblocking(path: &Path, direct: bool) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
+    #[cfg(target_os = "linux")]
+    let flags = libc::O_NONBLOCK | if direct { libc::O_DIRECT } else { 0 };
+    #[cfg(not(target_os = "linux"))]
+    let flags = if direct {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "O_DIRECT is Linux-only",
+        ));
+    } else {
+        libc::O_NONBLOCK
+    };
     std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK)
+        .custom_flags(flags)
         .open(path)
 }
 
