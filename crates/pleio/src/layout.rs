@@ -113,8 +113,9 @@ impl RowExtents {
 }
 
 /// The extents of `row` in `shards` (which tile the rows in order and have
-/// at most three parts each), or `None` past the last shard. Offsets are in
-/// range when the shards were checked against their files.
+/// at most three parts each), or `None` past the last shard or when an
+/// offset would not fit in 64 bits (never, for shards checked against
+/// their files).
 pub(crate) fn extents_in(shards: &[Shard], row: u64) -> Option<RowExtents> {
     // Checkpoint shards are of equal rows but the last: shard `row / rows`
     // is the one, found without a search's unpredictable branches.
@@ -134,25 +135,81 @@ pub(crate) fn extents_in(shards: &[Shard], row: u64) -> Option<RowExtents> {
             .checked_sub(1)?,
     };
     let s = &shards[i];
-    let local = row - s.row_start;
-    if local >= s.rows {
-        return None;
-    }
+    let local = row.checked_sub(s.row_start).filter(|&l| l < s.rows)?;
     let mut out = RowExtents {
         parts: [Extent::default(); 3],
         count: 0,
     };
     let n = s.parts.len();
     for (k, p) in s.parts.iter().take(3).enumerate() {
+        let offset = local
+            .checked_mul(p.row_bytes)
+            .and_then(|o| o.checked_add(p.offset))
+            .filter(|o| o.checked_add(p.row_bytes).is_some())?;
         out.parts[k] = Extent {
             file: p.file,
-            offset: p.offset + local * p.row_bytes,
+            offset,
             len: p.row_bytes,
             region: i * n + k,
         };
         out.count += 1;
     }
     Some(out)
+}
+
+/// One part of one row of a batch: its [`Extent`], and `slot`, `i * parts
+/// + k` for part `k` of the batch's row `rows[i]` (`parts`: the table's
+/// parts per row, [`Layout::parts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchExtent {
+    /// Where the part's bytes are.
+    pub extent: Extent,
+    /// `i * parts + k`: part `k` of the batch's row `rows[i]`.
+    pub slot: usize,
+}
+
+/// The order of a batch's extents ([`batch_extents`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtentOrder {
+    /// The batch's rows in the order given, each row's parts in part order.
+    Rows,
+    /// Ascending by file, then offset (then slot): the order a reader
+    /// wants, each file's extents together.
+    File,
+}
+
+/// The read pipeline's one row -> extents function: the extents of every
+/// part of every row of `rows` (of `shards`, which tile the rows in order)
+/// into `out` (cleared first; its storage reused), in `order`. Rows of
+/// equal shards are found by division, others by a binary search; offsets
+/// are checked arithmetic. `Err(row)`: the first row past the last shard,
+/// or whose bytes would end past 2^64 (`out` then holds the extents before
+/// it, unsorted).
+pub fn batch_extents(
+    shards: &[Shard],
+    rows: &[u64],
+    order: ExtentOrder,
+    out: &mut Vec<BatchExtent>,
+) -> Result<(), u64> {
+    out.clear();
+    let parts = shards.first().map_or(0, |s| s.parts.len());
+    for (i, &row) in rows.iter().enumerate() {
+        let ext = extents_in(shards, row).ok_or(row)?;
+        out.extend(
+            ext.as_slice()
+                .iter()
+                .enumerate()
+                .map(|(k, &extent)| BatchExtent {
+                    extent,
+                    slot: i * parts + k,
+                }),
+        );
+    }
+    if order == ExtentOrder::File {
+        // A linear pass when already sorted (one region, ascending rows).
+        out.sort_unstable_by_key(|b| (b.extent.file, b.extent.offset, b.slot));
+    }
+    Ok(())
 }
 
 /// The bytes of one file holding one part of one shard's rows.
@@ -550,6 +607,25 @@ impl Layout {
                 row,
                 n_rows: self.rows,
             })
+    }
+
+    /// The extents of every part of every row of `rows` into `out`, in
+    /// `order` ([`batch_extents`]: the read pipeline's one row -> extents
+    /// function), or an error naming the first row outside the table.
+    pub fn batch_extents(
+        &self,
+        rows: &[u64],
+        order: ExtentOrder,
+        out: &mut Vec<BatchExtent>,
+    ) -> Result<(), TableError> {
+        batch_extents(&self.shards, rows, order, out).map_err(|row| {
+            out.clear();
+            TableError::RowOutOfRange {
+                name: self.name.clone(),
+                row,
+                n_rows: self.rows,
+            }
+        })
     }
 
     /// Absolute byte offset of `row` (its first part) in its file, or an
