@@ -15,10 +15,12 @@ use std::sync::{Arc, OnceLock};
 
 use super::known_pages::Residency;
 use super::{GatherError, GatherStats, Table};
+use crate::coalesce::{Mode, Plan};
 use crate::io::{
-    IoError, PoolBackend, PoolConfig, PreadBackend, ReadBackend, ReadPlan, RowReads, UringBackend,
+    IoError, PoolBackend, PoolConfig, PreadBackend, ReadBackend, ReadPlan, UringBackend,
     UringConfig,
 };
+use crate::layout::{BatchExtent, ExtentOrder};
 use crate::output::Out;
 use crate::tuning::TUNING;
 
@@ -192,12 +194,15 @@ pub(super) struct Scratch {
     pub(super) order: Vec<(u64, usize)>,
     /// Distinct rows, ascending.
     pub(super) uniq: Vec<u64>,
-    /// Every part of every distinct row: (file, offset, len, `u * parts +
-    /// part` for distinct row `u`), sorted by file and offset.
-    extents: Vec<(usize, u64, usize, usize)>,
+    /// Every part of every distinct row (slot `u * parts + part` for
+    /// distinct row `u`), sorted by file and offset.
+    extents: Vec<BatchExtent>,
     /// Where each part landed in staging, by `u * parts + part`.
     at: Vec<usize>,
-    pub(super) reads: RowReads,
+    /// The extents coalesced (gap mode), every file's reads.
+    plan: Plan,
+    /// One file's reads, as its backend takes them.
+    reads: ReadPlan,
     staging: Vec<u8>,
     /// One row of several parts, put together.
     row: Vec<u8>,
@@ -260,17 +265,25 @@ impl Table {
         s.uniq.clear();
         s.uniq.extend(s.order.iter().map(|&(r, _)| r));
         s.uniq.dedup();
-        s.extents.clear();
-        for (u, &row) in s.uniq.iter().enumerate() {
-            for (k, e) in t.extents(row)?.as_slice().iter().enumerate() {
+        t.batch_extents(&s.uniq, ExtentOrder::File, &mut s.extents)?;
+        s.plan
+            .sorted(
+                Mode::Gap {
+                    max_gap: COALESCE_GAP as u64,
+                },
                 s.extents
-                    .push((e.file, e.offset, e.len as usize, u * parts + k));
-            }
-        }
-        // Already sorted for a table of one region (a linear check).
-        s.extents.sort_unstable();
+                    .iter()
+                    .map(|b| (b.extent.file, b.extent.offset, b.extent.len)),
+            )
+            .map_err(|e| GatherError::Setup {
+                backend: kind.name(),
+                reason: format!("planning reads: {e}"),
+            })?;
         s.at.clear();
         s.at.resize(s.uniq.len() * parts, 0);
+        for (b, &at) in s.extents.iter().zip(s.plan.at()) {
+            s.at[b.slot] = at;
+        }
         let result = self.read_files(kind, strategy, s, stats);
         let decoded = result.and_then(|()| {
             // Walk the sorted requests and the distinct rows together.
@@ -314,9 +327,8 @@ impl Table {
         decoded
     }
 
-    /// Reads `s.extents` (sorted by file and offset) file by file into
-    /// `s.staging`, one plan and one backend read per file, and records in
-    /// `s.at` where each landed.
+    /// Reads `s.plan` (every file's coalesced reads, by file and offset)
+    /// file by file into `s.staging`, one backend read per file.
     fn read_files(
         &self,
         kind: Kind,
@@ -324,32 +336,21 @@ impl Table {
         s: &mut Scratch,
         stats: &mut GatherStats,
     ) -> Result<(), GatherError> {
-        let mut base = 0usize;
-        let mut i = 0usize;
-        while i < s.extents.len() {
-            let file = s.extents[i].0;
-            let n = s.extents[i..].partition_point(|e| e.0 == file);
-            let group = &s.extents[i..i + n];
+        if s.staging.len() < s.plan.staging_len() {
+            s.staging.resize(s.plan.staging_len(), 0);
+        }
+        for (file, runs) in s.plan.files() {
+            let (file, runs) = (*file, &s.plan.runs()[runs.clone()]);
             let picked = self.shared.backends.get(kind, strategy, file)?;
-            let setup = |e: crate::io::PlanError| GatherError::Setup {
+            let base = runs.first().map_or(0, |r| r.dst);
+            s.reads.fill(runs).map_err(|_| GatherError::Setup {
                 backend: picked.backend.name(),
-                reason: format!("planning reads: {e}"),
-            };
-            ReadPlan::for_extents_into(
-                group.iter().map(|&(_, off, len, _)| (off, len)),
-                COALESCE_GAP,
-                &mut s.reads,
-            )
-            .map_err(setup)?;
-            let end = base
-                .checked_add(s.reads.plan.staging_len())
-                .ok_or_else(|| setup(crate::io::PlanError::Overflow { index: 0 }))?;
-            if s.staging.len() < end {
-                s.staging.resize(end, 0);
-            }
+                reason: "planning reads: a read longer than the address space".into(),
+            })?;
+            let end = base + s.reads.staging_len();
             let io = picked
                 .backend
-                .read(&s.reads.plan, &mut s.staging[base..end])
+                .read(&s.reads, &mut s.staging[base..end])
                 .map_err(|error| {
                     if s.staging.len() > STAGING_KEEP {
                         s.staging = Vec::new();
@@ -365,15 +366,10 @@ impl Table {
                         error,
                     }
                 })?;
-            for (&(_, _, _, slot), &off) in group.iter().zip(&s.reads.staging_offsets) {
-                s.at[slot] = base + off;
-            }
             stats.read_requests += io.requests;
             stats.read_bytes += io.bytes;
             stats.backend = Some(picked.backend.name());
             stats.fallback |= picked.fallback;
-            base = end;
-            i += n;
         }
         stats.cold_rows += s.order.len() as u64;
         Ok(())
