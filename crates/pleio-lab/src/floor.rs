@@ -20,8 +20,9 @@
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+use pleio::coalesce::{Mode, Plan};
 use pleio::io::{IoError, ReadStats, UringBackend, UringConfig};
-use pleio::layout::{Layout, Shard};
+use pleio::layout::{batch_extents, BatchExtent, ExtentOrder, Layout, Shard};
 use pleio::Table;
 use rustc_hash::FxHashSet;
 
@@ -140,20 +141,16 @@ impl Rows {
         Rows { shards }
     }
 
-    /// Calls `f(file, start, end)` for each part of `row` (bytes
-    /// `start..end` of file `file`); a row past the last shard has none.
-    fn parts(&self, row: u64, mut f: impl FnMut(usize, u64, u64)) {
-        let i = self.shards.partition_point(|s| s.row_start <= row);
-        let Some(s) = i.checked_sub(1).map(|i| &self.shards[i]) else {
-            return;
-        };
-        let Some(k) = row.checked_sub(s.row_start).filter(|&k| k < s.rows) else {
-            return;
-        };
-        for p in &s.parts {
-            let start = p.offset.saturating_add(k.saturating_mul(p.row_bytes));
-            f(p.file, start, start.saturating_add(p.row_bytes))
+    /// The parts of `rows` ([`batch_extents`], the engine's row ->
+    /// extents function), sorted by file and offset; rows past the last
+    /// shard (or whose bytes would end past 2^64) have none.
+    fn extents(&self, rows: &[u64]) -> Vec<BatchExtent> {
+        let mut out = Vec::with_capacity(rows.len() * 3);
+        let mut rows = std::borrow::Cow::Borrowed(rows);
+        while let Err(bad) = batch_extents(&self.shards, &rows, ExtentOrder::File, &mut out) {
+            rows.to_mut().retain(|&r| r != bad);
         }
+        out
     }
 }
 
@@ -171,41 +168,58 @@ pub struct Grain {
     pub page: u64,
 }
 
+impl Grain {
+    /// The coalescer's block mode of this grain.
+    fn mode(self) -> Mode {
+        Mode::Block {
+            block: self.block,
+            page: self.page,
+        }
+    }
+}
+
 /// The distinct `(file, block index)` pairs that `rows` of `t` touch,
 /// sorted.
 fn blocks_of(t: &Rows, g: Grain, rows: &[u64]) -> Vec<(usize, u64)> {
     let mut blocks: Vec<(usize, u64)> = Vec::with_capacity(rows.len() * 2);
-    for &r in rows {
-        t.parts(r, |file, start, end| {
-            if end > start {
-                blocks.extend((start / g.block..=(end - 1) / g.block).map(|b| (file, b)));
-            }
-        });
+    for BatchExtent { extent: e, .. } in t.extents(rows) {
+        if e.len > 0 {
+            let end = e.offset + e.len;
+            blocks.extend((e.offset / g.block..=(end - 1) / g.block).map(|b| (e.file, b)));
+        }
     }
     blocks.sort_unstable();
     blocks.dedup();
     blocks
 }
 
-/// Sorted `(file, block)` pairs as byte extents: a block joins the extent
-/// before it when it is in the same file and its page is that extent's last
-/// page or the next one.
-fn merge(blocks: &[(usize, u64)], g: Grain) -> Vec<FileExtent> {
-    let mut out: Vec<FileExtent> = Vec::new();
-    for &(file, b) in blocks {
-        let (start, end) = (b * g.block, (b + 1) * g.block);
-        match out.last_mut() {
-            Some((f, e)) if *f == file && start / g.page <= (e.end - 1) / g.page + 1 => e.end = end,
-            _ => out.push((file, start..end)),
-        }
+/// Extents (`(file, offset, len)`, sorted) coalesced in `g`'s block mode:
+/// whole blocks, a block joining the extent before it when it is in the
+/// same file and its page is that extent's last page or the next one.
+fn coalesce(g: Grain, extents: impl IntoIterator<Item = (usize, u64, u64)>) -> Vec<FileExtent> {
+    let mut plan = Plan::new();
+    // Sorted input of checked tables: only a row ending past 2^64 fails,
+    // and `Rows::extents` leaves those out.
+    if plan.sorted(g.mode(), extents).is_err() {
+        return Vec::new();
     }
-    out
+    plan.runs()
+        .iter()
+        .map(|r| (r.file, r.start..r.end))
+        .collect()
 }
 
 /// The distinct byte extents `rows` of table `t` occupy, in (file, offset)
 /// order (see [`Grain`]).
 pub fn row_extents(t: &Rows, g: Grain, rows: &[u64]) -> Vec<FileExtent> {
-    merge(&blocks_of(t, g, rows), g)
+    let parts = t.extents(rows);
+    coalesce(
+        g,
+        parts
+            .iter()
+            .map(|b| (b.extent.file, b.extent.offset, b.extent.len))
+            .filter(|e| e.2 > 0),
+    )
 }
 
 /// The extents each step of a phase reads cold when the phase starts with
@@ -224,7 +238,7 @@ pub fn phase_extents(t: &Rows, g: Grain, steps: &[&[u64]]) -> Vec<Vec<FileExtent
                 .filter(|&(f, b)| !seen_pages.contains(&(f, b / per_page)))
                 .collect();
             seen_pages.extend(blocks.iter().map(|&(f, b)| (f, b / per_page)));
-            merge(&cold, g)
+            coalesce(g, cold.iter().map(|&(f, b)| (f, b * g.block, g.block)))
         })
         .collect()
 }
