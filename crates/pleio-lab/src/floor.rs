@@ -639,6 +639,108 @@ mod tests {
         );
     }
 
+    /// The floor's extents as it cut them before the coalescer: each
+    /// row's parts found by a search, their blocks sorted and deduplicated,
+    /// a block joining the extent before it in the same file when its page
+    /// is that extent's last page or the next.
+    fn reference(
+        shards: &[Shard],
+        g: Grain,
+        rows: &[u64],
+        skip: &[(usize, u64)],
+    ) -> Vec<FileExtent> {
+        let mut blocks = Vec::new();
+        for &r in rows {
+            let i = shards.partition_point(|s| s.row_start <= r);
+            let Some(s) = i.checked_sub(1).map(|i| &shards[i]) else {
+                continue;
+            };
+            let Some(k) = r.checked_sub(s.row_start).filter(|&k| k < s.rows) else {
+                continue;
+            };
+            for p in &s.parts {
+                let start = p.offset + k * p.row_bytes;
+                let end = start + p.row_bytes;
+                blocks.extend((start / g.block..=(end - 1) / g.block).map(|b| (p.file, b)));
+            }
+        }
+        blocks.sort_unstable();
+        blocks.dedup();
+        let mut out: Vec<FileExtent> = Vec::new();
+        for (file, b) in blocks {
+            if skip.contains(&(file, b * g.block / g.page)) {
+                continue;
+            }
+            let (start, end) = (b * g.block, (b + 1) * g.block);
+            match out.last_mut() {
+                Some((f, e)) if *f == file && start / g.page <= (e.end - 1) / g.page + 1 => {
+                    e.end = end
+                }
+                _ => out.push((file, start..end)),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn extents_are_those_of_the_floor_before_the_coalescer() {
+        let mut rng = crate::random::Rng::new(22);
+        for case in 0..300 {
+            // Up to four shards (equal but the last, or not), one to three
+            // parts each in up to three files, rows of 1..9000 bytes.
+            let n = 1 + rng.below(4) as usize;
+            let parts = 1 + rng.below(3) as usize;
+            let equal = rng.below(2) == 0;
+            let lens: Vec<u64> = (0..parts).map(|_| 1 + rng.below(9000)).collect();
+            let mut row_start = 0;
+            let shards: Vec<Shard> = (0..n)
+                .map(|index| {
+                    let rows = if equal { 50 } else { 1 + rng.below(80) };
+                    let s = Shard {
+                        index,
+                        row_start,
+                        rows,
+                        parts: lens
+                            .iter()
+                            .enumerate()
+                            .map(|(k, &len)| {
+                                part(
+                                    rng.below(3) as usize,
+                                    (index * 3 + k) as u64 * 2_000_000 + rng.below(5000),
+                                    len,
+                                )
+                            })
+                            .collect(),
+                    };
+                    row_start += rows;
+                    s
+                })
+                .collect();
+            let g = [PAGES, BLOCKS][case % 2];
+            let t = Rows::new(shards.clone());
+            let rows: Vec<u64> = (0..rng.below(60))
+                .map(|_| rng.below(row_start + 5))
+                .collect();
+            assert_eq!(
+                row_extents(&t, g, &rows),
+                reference(&shards, g, &rows, &[]),
+                "case {case}"
+            );
+            // Phases: the second step leaves out the first step's pages.
+            let (a, b) = rows.split_at(rows.len() / 2);
+            let first = reference(&shards, g, a, &[]);
+            let seen: Vec<(usize, u64)> = first
+                .iter()
+                .flat_map(|(f, r)| (r.start / g.page..r.end.div_ceil(g.page)).map(move |p| (*f, p)))
+                .collect();
+            assert_eq!(
+                phase_extents(&t, g, &[a, b]),
+                vec![first, reference(&shards, g, b, &seen)],
+                "case {case}"
+            );
+        }
+    }
+
     #[test]
     fn extents_of_shards_in_several_files_stay_apart() {
         // Two shards of 100 rows, three parts each (MLX 4-bit: weights 80 B,
