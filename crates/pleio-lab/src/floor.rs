@@ -2,10 +2,11 @@
 //! bytes, against which every strategy is measured (`limit` in `pleio bench`
 //! and `pleio demo`, the floor of a replay's prefill and decode).
 //!
-//! The floor reads a batch's distinct byte *extents*: the pages its rows
-//! touch, contiguous pages merged (as the best strategy would read them: a
-//! Gemma 4 row of 7392 bytes spans two or three pages and is one request,
-//! not three), each extent trimmed at both ends to the `O_DIRECT` blocks
+//! The floor reads a batch's distinct byte *extents* (found by the engine's
+//! `layout::batch_extents` and cut by its coalescer's block mode,
+//! `pleio::coalesce`): the pages its rows touch, contiguous pages merged
+//! (as the best strategy would read them: a Gemma 4 row of 7392 bytes
+//! spans two or three pages and is one request, not three), each extent trimmed at both ends to the `O_DIRECT` blocks
 //! (512 B on most disks) its first and last rows need, and read as one
 //! request through io_uring, bypassing the page cache. So the floor never
 //! makes more requests or reads more bytes than a page-cache strategy, nor

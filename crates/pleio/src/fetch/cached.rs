@@ -7,8 +7,9 @@
 //! stored bytes: its parts concatenated in part order); a miss is claimed,
 //! and all claimed rows are read together into one of the cache's budgeted
 //! staging buffers, chunk by chunk, then decoded and stored. A chunk's
-//! reads are the aligned blocks covering every part of every row (blocks
-//! of one region that touch merged into one read), laid out file by file
+//! reads are the aligned blocks covering every part of every row (the
+//! coalescer's block mode, [`crate::coalesce`]: blocks of one region that
+//! touch merged into one read), laid out file by file
 //! and read through one private `O_DIRECT` io_uring per file the table's
 //! rows are in (a GGUF tensor: one; a checkpoint: each of its files). A
 //! row another gather is reading at that moment is waited for, not read

@@ -1,7 +1,9 @@
 //! The direct strategies (`pread`, `uring`, `uring-direct`, `pool`): sorted,
-//! deduplicated row ids, one read plan with small gaps coalesced, one
-//! backend read into reused staging, then a decode from staging into the
-//! output in request order (duplicates decoded again from the same bytes).
+//! deduplicated row ids, their extents ([`crate::layout::batch_extents`]),
+//! one multi-file read plan with small gaps coalesced ([`crate::coalesce`],
+//! gap mode), one backend read per file into reused staging, then a decode
+//! from staging into the output in request order (duplicates decoded again
+//! from the same bytes).
 //!
 //! Backends are created on first use, once per reader (clones share them),
 //! and kept: no thread, ring or file is created per call. Staging and plan

@@ -2,9 +2,11 @@
 //! buffer.
 //!
 //! A [`ReadPlan`] lists byte spans of one file and where each lands in a
-//! staging buffer; [`ReadPlan::for_rows`] builds one from sorted row ids,
-//! coalescing rows separated by small gaps. Every [`ReadBackend`] fills the
-//! staging buffer with exactly the same bytes:
+//! staging buffer. The spans are planned by the read pipeline's coalescer
+//! ([`crate::coalesce`], gap mode: [`ReadPlan::fill`] takes one file's runs
+//! of a multi-file plan; [`ReadPlan::for_rows`] plans sorted row ids of one
+//! file). Every [`ReadBackend`] fills the staging buffer with exactly the
+//! same bytes:
 //!
 //! - [`PreadBackend`]: positioned reads on the caller's thread, one span after
 //!   another (queue depth 1);
