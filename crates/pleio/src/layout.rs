@@ -193,6 +193,36 @@ pub fn batch_extents(
 ) -> Result<(), u64> {
     out.clear();
     let parts = shards.first().map_or(0, |s| s.parts.len());
+    if let [Shard {
+        rows: n, parts: p, ..
+    }] = shards
+    {
+        if let [p] = &p[..] {
+            // One region (every GGUF table): no shard to find.
+            out.reserve(rows.len());
+            for (i, &row) in rows.iter().enumerate() {
+                let offset = Some(row)
+                    .filter(|&r| r < *n)
+                    .and_then(|r| r.checked_mul(p.row_bytes))
+                    .and_then(|o| o.checked_add(p.offset))
+                    .filter(|o| o.checked_add(p.row_bytes).is_some())
+                    .ok_or(row)?;
+                out.push(BatchExtent {
+                    extent: Extent {
+                        file: p.file,
+                        offset,
+                        len: p.row_bytes,
+                        region: 0,
+                    },
+                    slot: i,
+                });
+            }
+            if order == ExtentOrder::File && !rows.is_sorted() {
+                out.sort_unstable_by_key(|b| (b.extent.offset, b.slot));
+            }
+            return Ok(());
+        }
+    }
     for (i, &row) in rows.iter().enumerate() {
         let ext = extents_in(shards, row).ok_or(row)?;
         out.extend(
@@ -808,6 +838,64 @@ mod tests {
             assert_eq!(at(&shards, end), None);
             assert_eq!(at(&shards, u64::MAX), None);
         }
+    }
+
+    #[test]
+    fn batch_extents_are_each_rows_extents_in_either_order() {
+        let part = |file: usize, offset: u64, row_bytes: u64| ShardPart {
+            tensor: String::new(),
+            file,
+            offset,
+            row_bytes,
+        };
+        let shard = |index: usize, row_start: u64, rows: u64, parts| Shard {
+            index,
+            row_start,
+            rows,
+            parts,
+        };
+        // One region (its own path), equal shards of two parts over two
+        // files, and unequal shards of three parts.
+        let tables = [
+            vec![shard(0, 0, 500, vec![part(3, 64, 90)])],
+            vec![
+                shard(0, 0, 200, vec![part(0, 0, 80), part(1, 7, 8)]),
+                shard(1, 200, 200, vec![part(1, 9000, 80), part(0, 50_000, 8)]),
+                shard(2, 400, 100, vec![part(0, 90_000, 80), part(1, 70_000, 8)]),
+            ],
+            vec![
+                shard(0, 0, 7, vec![part(0, 0, 4), part(0, 100, 2), part(1, 0, 1)]),
+                shard(1, 7, 493, vec![part(1, 50, 4), part(0, 200, 2), part(1, 9, 1)]),
+            ],
+        ];
+        let rows = [499u64, 3, 3, 0, 250, 7, 6, 201, 199, 400];
+        for shards in &tables {
+            let parts = shards[0].parts.len();
+            let mut want = Vec::new();
+            for (i, &r) in rows.iter().enumerate() {
+                let e = extents_in(shards, r).unwrap();
+                want.extend(e.as_slice().iter().enumerate().map(|(k, &extent)| {
+                    BatchExtent {
+                        extent,
+                        slot: i * parts + k,
+                    }
+                }));
+            }
+            let mut got = Vec::new();
+            batch_extents(shards, &rows, ExtentOrder::Rows, &mut got).unwrap();
+            assert_eq!(got, want);
+            batch_extents(shards, &rows, ExtentOrder::File, &mut got).unwrap();
+            want.sort_unstable_by_key(|b| (b.extent.file, b.extent.offset, b.slot));
+            assert_eq!(got, want);
+            // Past the end, or past 2^64: the row is named.
+            assert_eq!(batch_extents(shards, &[1, 500, 2], ExtentOrder::File, &mut got), Err(500));
+        }
+        let huge = [shard(0, 0, u64::MAX, vec![part(0, u64::MAX - 100, 90)])];
+        let mut got = Vec::new();
+        // Row 0 ends 10 bytes short of 2^64, row 1 past it.
+        assert_eq!(batch_extents(&huge, &[0, 1], ExtentOrder::Rows, &mut got), Err(1));
+        assert!(extents_in(&huge, 0).is_some());
+        assert_eq!(extents_in(&huge, 1), None);
     }
 
     fn brute(offset: u64, row_bytes: u64, n_rows: u64, page: u64) -> u64 {

@@ -58,6 +58,7 @@ impl Default for Mode {
 
 impl Mode {
     /// The unit extents are widened to (1 for gap mode).
+    #[inline]
     fn unit(self) -> u64 {
         match self {
             Mode::Page { page } => page.max(1),
@@ -69,15 +70,24 @@ impl Mode {
     /// The bytes read for `len` bytes at `offset`: rounded out to whole
     /// units (pages, blocks), or `None` when the end does not fit in 64
     /// bits.
+    #[inline]
     pub fn widen(self, offset: u64, len: u64) -> Option<Range<u64>> {
-        let unit = self.unit();
         let end = offset.checked_add(len)?;
-        let end = end.checked_next_multiple_of(unit)?;
-        Some(offset - offset % unit..end)
+        let unit = self.unit();
+        if unit == 1 {
+            return Some(offset..end);
+        }
+        if unit.is_power_of_two() {
+            // Pages and O_DIRECT blocks: masks, not divisions.
+            let mask = unit - 1;
+            return Some(offset & !mask..end.checked_add(mask)? & !mask);
+        }
+        Some(offset - offset % unit..end.checked_next_multiple_of(unit)?)
     }
 
     /// Whether a run ending at `end` takes in a (widened) extent starting at
     /// `start`, which is at or past the run's start.
+    #[inline]
     pub fn joins(self, end: u64, start: u64) -> bool {
         match self {
             Mode::Page { .. } => start <= end,
@@ -92,6 +102,7 @@ impl Mode {
 
 /// Sorts `runs` by start and merges, in place, every run that `mode` joins
 /// to the run before it (page mode: overlapping and touching runs).
+#[inline]
 pub fn merge_sorted(runs: &mut Vec<Range<u64>>, mode: Mode) {
     runs.sort_unstable_by_key(|r| r.start);
     let mut w = 0;
@@ -188,7 +199,6 @@ pub struct Plan {
     files: Vec<(usize, Range<usize>)>,
     /// Working storage of `finish`.
     order: Vec<usize>,
-    pos: Vec<usize>,
     scratch_runs: Vec<Run>,
     staging_len: usize,
 }
@@ -302,20 +312,18 @@ impl Plan {
             .windows(2)
             .all(|w| (w[0].file, w[0].start) <= (w[1].file, w[1].start));
         self.order.clear();
-        self.order.extend(0..self.runs.len());
         if !in_order {
             let runs = &self.runs;
+            self.order.extend(0..runs.len());
             self.order
                 .sort_unstable_by_key(|&i| (runs[i].file, runs[i].start));
         }
-        self.pos.clear();
-        self.pos.resize(self.runs.len(), 0);
         self.files.clear();
         let mut dst = 0usize;
-        for (k, &i) in self.order.iter().enumerate() {
+        for k in 0..self.runs.len() {
+            let i = if in_order { k } else { self.order[k] };
             let r = &mut self.runs[i];
             r.dst = dst;
-            self.pos[i] = dst;
             match self.files.last_mut() {
                 Some((f, span)) if *f == r.file => span.end += 1,
                 _ => self.files.push((r.file, k..k + 1)),
@@ -325,15 +333,14 @@ impl Plan {
         }
         self.staging_len = dst;
         self.at.clear();
+        let runs = &self.runs;
         for (index, &(i, delta)) in self.landed.iter().enumerate() {
-            let at = usize::try_from(delta)
-                .ok()
-                .and_then(|d| self.pos[i].checked_add(d))
-                .ok_or(overflow(index))?;
-            self.at.push(at);
+            // Below `staging_len` (checked above), so it fits.
+            let at = usize::try_from(delta).map_err(|_| overflow(index))?;
+            self.at.push(runs[i].dst + at);
         }
         if !in_order {
-            // The runs themselves in staging order (`pos` is free again).
+            // The runs themselves in staging order.
             self.scratch_runs.clear();
             self.scratch_runs.extend(self.order.iter().map(|&i| self.runs[i]));
             std::mem::swap(&mut self.runs, &mut self.scratch_runs);

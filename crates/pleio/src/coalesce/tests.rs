@@ -238,7 +238,6 @@ fn plans_reuse_storage_and_refuse_bad_input() {
             p.landed.capacity(),
             p.at.capacity(),
             p.order.capacity(),
-            p.pos.capacity(),
             p.files.capacity(),
         )
     };
