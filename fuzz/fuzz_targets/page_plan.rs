@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
-use pleio::page_plan::{Bounds, Planner, RowSpan, CHUNK_ROWS};
+use pleio::coalesce::page::{Bounds, Planner, RowSpan, CHUNK_ROWS};
 
 #[derive(Arbitrary, Debug)]
 struct Input {

@@ -2,10 +2,11 @@
 //! bytes, against which every strategy is measured (`limit` in `pleio bench`
 //! and `pleio demo`, the floor of a replay's prefill and decode).
 //!
-//! The floor reads a batch's distinct byte *extents*: the pages its rows
-//! touch, contiguous pages merged (as the best strategy would read them: a
-//! Gemma 4 row of 7392 bytes spans two or three pages and is one request,
-//! not three), each extent trimmed at both ends to the `O_DIRECT` blocks
+//! The floor reads a batch's distinct byte *extents* (found by the engine's
+//! `layout::batch_extents` and cut by its coalescer's block mode,
+//! `pleio::coalesce`): the pages its rows touch, contiguous pages merged
+//! (as the best strategy would read them: a Gemma 4 row of 7392 bytes
+//! spans two or three pages and is one request, not three), each extent trimmed at both ends to the `O_DIRECT` blocks
 //! (512 B on most disks) its first and last rows need, and read as one
 //! request through io_uring, bypassing the page cache. So the floor never
 //! makes more requests or reads more bytes than a page-cache strategy, nor
@@ -20,8 +21,9 @@
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+use pleio::coalesce::{Mode, Plan};
 use pleio::io::{Engine, IoError, ReadStats, Reader, ReaderConfig};
-use pleio::layout::{Layout, Shard};
+use pleio::layout::{batch_extents, BatchExtent, ExtentOrder, Layout, Shard};
 use pleio::Table;
 use rustc_hash::FxHashSet;
 
@@ -140,20 +142,16 @@ impl Rows {
         Rows { shards }
     }
 
-    /// Calls `f(file, start, end)` for each part of `row` (bytes
-    /// `start..end` of file `file`); a row past the last shard has none.
-    fn parts(&self, row: u64, mut f: impl FnMut(usize, u64, u64)) {
-        let i = self.shards.partition_point(|s| s.row_start <= row);
-        let Some(s) = i.checked_sub(1).map(|i| &self.shards[i]) else {
-            return;
-        };
-        let Some(k) = row.checked_sub(s.row_start).filter(|&k| k < s.rows) else {
-            return;
-        };
-        for p in &s.parts {
-            let start = p.offset.saturating_add(k.saturating_mul(p.row_bytes));
-            f(p.file, start, start.saturating_add(p.row_bytes))
+    /// The parts of `rows` ([`batch_extents`], the engine's row ->
+    /// extents function), sorted by file and offset; rows past the last
+    /// shard (or whose bytes would end past 2^64) have none.
+    fn extents(&self, rows: &[u64]) -> Vec<BatchExtent> {
+        let mut out = Vec::with_capacity(rows.len() * 3);
+        let mut rows = std::borrow::Cow::Borrowed(rows);
+        while let Err(bad) = batch_extents(&self.shards, &rows, ExtentOrder::File, &mut out) {
+            rows.to_mut().retain(|&r| r != bad);
         }
+        out
     }
 }
 
@@ -171,41 +169,58 @@ pub struct Grain {
     pub page: u64,
 }
 
+impl Grain {
+    /// The coalescer's block mode of this grain.
+    fn mode(self) -> Mode {
+        Mode::Block {
+            block: self.block,
+            page: self.page,
+        }
+    }
+}
+
 /// The distinct `(file, block index)` pairs that `rows` of `t` touch,
 /// sorted.
 fn blocks_of(t: &Rows, g: Grain, rows: &[u64]) -> Vec<(usize, u64)> {
     let mut blocks: Vec<(usize, u64)> = Vec::with_capacity(rows.len() * 2);
-    for &r in rows {
-        t.parts(r, |file, start, end| {
-            if end > start {
-                blocks.extend((start / g.block..=(end - 1) / g.block).map(|b| (file, b)));
-            }
-        });
+    for BatchExtent { extent: e, .. } in t.extents(rows) {
+        if e.len > 0 {
+            let end = e.offset + e.len;
+            blocks.extend((e.offset / g.block..=(end - 1) / g.block).map(|b| (e.file, b)));
+        }
     }
     blocks.sort_unstable();
     blocks.dedup();
     blocks
 }
 
-/// Sorted `(file, block)` pairs as byte extents: a block joins the extent
-/// before it when it is in the same file and its page is that extent's last
-/// page or the next one.
-fn merge(blocks: &[(usize, u64)], g: Grain) -> Vec<FileExtent> {
-    let mut out: Vec<FileExtent> = Vec::new();
-    for &(file, b) in blocks {
-        let (start, end) = (b * g.block, (b + 1) * g.block);
-        match out.last_mut() {
-            Some((f, e)) if *f == file && start / g.page <= (e.end - 1) / g.page + 1 => e.end = end,
-            _ => out.push((file, start..end)),
-        }
+/// Extents (`(file, offset, len)`, sorted) coalesced in `g`'s block mode:
+/// whole blocks, a block joining the extent before it when it is in the
+/// same file and its page is that extent's last page or the next one.
+fn coalesce(g: Grain, extents: impl IntoIterator<Item = (usize, u64, u64)>) -> Vec<FileExtent> {
+    let mut plan = Plan::new();
+    // Sorted input of checked tables: only a row ending past 2^64 fails,
+    // and `Rows::extents` leaves those out.
+    if plan.sorted(g.mode(), extents).is_err() {
+        return Vec::new();
     }
-    out
+    plan.runs()
+        .iter()
+        .map(|r| (r.file, r.start..r.end))
+        .collect()
 }
 
 /// The distinct byte extents `rows` of table `t` occupy, in (file, offset)
 /// order (see [`Grain`]).
 pub fn row_extents(t: &Rows, g: Grain, rows: &[u64]) -> Vec<FileExtent> {
-    merge(&blocks_of(t, g, rows), g)
+    let parts = t.extents(rows);
+    coalesce(
+        g,
+        parts
+            .iter()
+            .map(|b| (b.extent.file, b.extent.offset, b.extent.len))
+            .filter(|e| e.2 > 0),
+    )
 }
 
 /// The extents each step of a phase reads cold when the phase starts with
@@ -224,7 +239,7 @@ pub fn phase_extents(t: &Rows, g: Grain, steps: &[&[u64]]) -> Vec<Vec<FileExtent
                 .filter(|&(f, b)| !seen_pages.contains(&(f, b / per_page)))
                 .collect();
             seen_pages.extend(blocks.iter().map(|&(f, b)| (f, b / per_page)));
-            merge(&cold, g)
+            coalesce(g, cold.iter().map(|&(f, b)| (f, b * g.block, g.block)))
         })
         .collect()
 }
@@ -624,6 +639,108 @@ mod tests {
             phase_ranges(phase_extents(&q, BLOCKS, &steps)),
             vec![vec![b(0, 1)], vec![b(8, 9)], vec![]]
         );
+    }
+
+    /// The floor's extents as it cut them before the coalescer: each
+    /// row's parts found by a search, their blocks sorted and deduplicated,
+    /// a block joining the extent before it in the same file when its page
+    /// is that extent's last page or the next.
+    fn reference(
+        shards: &[Shard],
+        g: Grain,
+        rows: &[u64],
+        skip: &[(usize, u64)],
+    ) -> Vec<FileExtent> {
+        let mut blocks = Vec::new();
+        for &r in rows {
+            let i = shards.partition_point(|s| s.row_start <= r);
+            let Some(s) = i.checked_sub(1).map(|i| &shards[i]) else {
+                continue;
+            };
+            let Some(k) = r.checked_sub(s.row_start).filter(|&k| k < s.rows) else {
+                continue;
+            };
+            for p in &s.parts {
+                let start = p.offset + k * p.row_bytes;
+                let end = start + p.row_bytes;
+                blocks.extend((start / g.block..=(end - 1) / g.block).map(|b| (p.file, b)));
+            }
+        }
+        blocks.sort_unstable();
+        blocks.dedup();
+        let mut out: Vec<FileExtent> = Vec::new();
+        for (file, b) in blocks {
+            if skip.contains(&(file, b * g.block / g.page)) {
+                continue;
+            }
+            let (start, end) = (b * g.block, (b + 1) * g.block);
+            match out.last_mut() {
+                Some((f, e)) if *f == file && start / g.page <= (e.end - 1) / g.page + 1 => {
+                    e.end = end
+                }
+                _ => out.push((file, start..end)),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn extents_are_those_of_the_floor_before_the_coalescer() {
+        let mut rng = crate::random::Rng::new(22);
+        for case in 0..300 {
+            // Up to four shards (equal but the last, or not), one to three
+            // parts each in up to three files, rows of 1..9000 bytes.
+            let n = 1 + rng.below(4) as usize;
+            let parts = 1 + rng.below(3) as usize;
+            let equal = rng.below(2) == 0;
+            let lens: Vec<u64> = (0..parts).map(|_| 1 + rng.below(9000)).collect();
+            let mut row_start = 0;
+            let shards: Vec<Shard> = (0..n)
+                .map(|index| {
+                    let rows = if equal { 50 } else { 1 + rng.below(80) };
+                    let s = Shard {
+                        index,
+                        row_start,
+                        rows,
+                        parts: lens
+                            .iter()
+                            .enumerate()
+                            .map(|(k, &len)| {
+                                part(
+                                    rng.below(3) as usize,
+                                    (index * 3 + k) as u64 * 2_000_000 + rng.below(5000),
+                                    len,
+                                )
+                            })
+                            .collect(),
+                    };
+                    row_start += rows;
+                    s
+                })
+                .collect();
+            let g = [PAGES, BLOCKS][case % 2];
+            let t = Rows::new(shards.clone());
+            let rows: Vec<u64> = (0..rng.below(60))
+                .map(|_| rng.below(row_start + 5))
+                .collect();
+            assert_eq!(
+                row_extents(&t, g, &rows),
+                reference(&shards, g, &rows, &[]),
+                "case {case}"
+            );
+            // Phases: the second step leaves out the first step's pages.
+            let (a, b) = rows.split_at(rows.len() / 2);
+            let first = reference(&shards, g, a, &[]);
+            let seen: Vec<(usize, u64)> = first
+                .iter()
+                .flat_map(|(f, r)| (r.start / g.page..r.end.div_ceil(g.page)).map(move |p| (*f, p)))
+                .collect();
+            assert_eq!(
+                phase_extents(&t, g, &[a, b]),
+                vec![first, reference(&shards, g, b, &seen)],
+                "case {case}"
+            );
+        }
     }
 
     #[test]

@@ -113,8 +113,9 @@ impl RowExtents {
 }
 
 /// The extents of `row` in `shards` (which tile the rows in order and have
-/// at most three parts each), or `None` past the last shard. Offsets are in
-/// range when the shards were checked against their files.
+/// at most three parts each), or `None` past the last shard or when an
+/// offset would not fit in 64 bits (never, for shards checked against
+/// their files).
 pub(crate) fn extents_in(shards: &[Shard], row: u64) -> Option<RowExtents> {
     // Checkpoint shards are of equal rows but the last: shard `row / rows`
     // is the one, found without a search's unpredictable branches.
@@ -134,25 +135,111 @@ pub(crate) fn extents_in(shards: &[Shard], row: u64) -> Option<RowExtents> {
             .checked_sub(1)?,
     };
     let s = &shards[i];
-    let local = row - s.row_start;
-    if local >= s.rows {
-        return None;
-    }
+    let local = row.checked_sub(s.row_start).filter(|&l| l < s.rows)?;
     let mut out = RowExtents {
         parts: [Extent::default(); 3],
         count: 0,
     };
     let n = s.parts.len();
     for (k, p) in s.parts.iter().take(3).enumerate() {
+        let offset = local
+            .checked_mul(p.row_bytes)
+            .and_then(|o| o.checked_add(p.offset))
+            .filter(|o| o.checked_add(p.row_bytes).is_some())?;
         out.parts[k] = Extent {
             file: p.file,
-            offset: p.offset + local * p.row_bytes,
+            offset,
             len: p.row_bytes,
             region: i * n + k,
         };
         out.count += 1;
     }
     Some(out)
+}
+
+/// One part of one row of a batch: its [`Extent`], and `slot`, `i * parts
+/// + k` for part `k` of the batch's row `rows[i]` (`parts`: the table's
+/// parts per row, [`Layout::parts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchExtent {
+    /// Where the part's bytes are.
+    pub extent: Extent,
+    /// `i * parts + k`: part `k` of the batch's row `rows[i]`.
+    pub slot: usize,
+}
+
+/// The order of a batch's extents ([`batch_extents`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtentOrder {
+    /// The batch's rows in the order given, each row's parts in part order.
+    Rows,
+    /// Ascending by file, then offset (then slot): the order a reader
+    /// wants, each file's extents together.
+    File,
+}
+
+/// The read pipeline's one row -> extents function: the extents of every
+/// part of every row of `rows` (of `shards`, which tile the rows in order)
+/// into `out` (cleared first; its storage reused), in `order`. Rows of
+/// equal shards are found by division, others by a binary search; offsets
+/// are checked arithmetic. `Err(row)`: the first row past the last shard,
+/// or whose bytes would end past 2^64 (`out` then holds the extents before
+/// it, unsorted).
+pub fn batch_extents(
+    shards: &[Shard],
+    rows: &[u64],
+    order: ExtentOrder,
+    out: &mut Vec<BatchExtent>,
+) -> Result<(), u64> {
+    out.clear();
+    let parts = shards.first().map_or(0, |s| s.parts.len());
+    if let [Shard {
+        rows: n, parts: p, ..
+    }] = shards
+    {
+        if let [p] = &p[..] {
+            // One region (every GGUF table): no shard to find.
+            out.reserve(rows.len());
+            for (i, &row) in rows.iter().enumerate() {
+                let offset = Some(row)
+                    .filter(|&r| r < *n)
+                    .and_then(|r| r.checked_mul(p.row_bytes))
+                    .and_then(|o| o.checked_add(p.offset))
+                    .filter(|o| o.checked_add(p.row_bytes).is_some())
+                    .ok_or(row)?;
+                out.push(BatchExtent {
+                    extent: Extent {
+                        file: p.file,
+                        offset,
+                        len: p.row_bytes,
+                        region: 0,
+                    },
+                    slot: i,
+                });
+            }
+            if order == ExtentOrder::File && !rows.is_sorted() {
+                out.sort_unstable_by_key(|b| (b.extent.offset, b.slot));
+            }
+            return Ok(());
+        }
+    }
+    for (i, &row) in rows.iter().enumerate() {
+        let ext = extents_in(shards, row).ok_or(row)?;
+        out.extend(
+            ext.as_slice()
+                .iter()
+                .enumerate()
+                .map(|(k, &extent)| BatchExtent {
+                    extent,
+                    slot: i * parts + k,
+                }),
+        );
+    }
+    if order == ExtentOrder::File {
+        // A linear pass when already sorted (one region, ascending rows).
+        out.sort_unstable_by_key(|b| (b.extent.file, b.extent.offset, b.slot));
+    }
+    Ok(())
 }
 
 /// The bytes of one file holding one part of one shard's rows.
@@ -552,6 +639,25 @@ impl Layout {
             })
     }
 
+    /// The extents of every part of every row of `rows` into `out`, in
+    /// `order` ([`batch_extents`]: the read pipeline's one row -> extents
+    /// function), or an error naming the first row outside the table.
+    pub fn batch_extents(
+        &self,
+        rows: &[u64],
+        order: ExtentOrder,
+        out: &mut Vec<BatchExtent>,
+    ) -> Result<(), TableError> {
+        batch_extents(&self.shards, rows, order, out).map_err(|row| {
+            out.clear();
+            TableError::RowOutOfRange {
+                name: self.name.clone(),
+                row,
+                n_rows: self.rows,
+            }
+        })
+    }
+
     /// Absolute byte offset of `row` (its first part) in its file, or an
     /// error naming the row and the limit.
     pub fn row_offset(&self, row: u64) -> Result<u64, TableError> {
@@ -732,6 +838,64 @@ mod tests {
             assert_eq!(at(&shards, end), None);
             assert_eq!(at(&shards, u64::MAX), None);
         }
+    }
+
+    #[test]
+    fn batch_extents_are_each_rows_extents_in_either_order() {
+        let part = |file: usize, offset: u64, row_bytes: u64| ShardPart {
+            tensor: String::new(),
+            file,
+            offset,
+            row_bytes,
+        };
+        let shard = |index: usize, row_start: u64, rows: u64, parts| Shard {
+            index,
+            row_start,
+            rows,
+            parts,
+        };
+        // One region (its own path), equal shards of two parts over two
+        // files, and unequal shards of three parts.
+        let tables = [
+            vec![shard(0, 0, 500, vec![part(3, 64, 90)])],
+            vec![
+                shard(0, 0, 200, vec![part(0, 0, 80), part(1, 7, 8)]),
+                shard(1, 200, 200, vec![part(1, 9000, 80), part(0, 50_000, 8)]),
+                shard(2, 400, 100, vec![part(0, 90_000, 80), part(1, 70_000, 8)]),
+            ],
+            vec![
+                shard(0, 0, 7, vec![part(0, 0, 4), part(0, 100, 2), part(1, 0, 1)]),
+                shard(1, 7, 493, vec![part(1, 50, 4), part(0, 200, 2), part(1, 9, 1)]),
+            ],
+        ];
+        let rows = [499u64, 3, 3, 0, 250, 7, 6, 201, 199, 400];
+        for shards in &tables {
+            let parts = shards[0].parts.len();
+            let mut want = Vec::new();
+            for (i, &r) in rows.iter().enumerate() {
+                let e = extents_in(shards, r).unwrap();
+                want.extend(e.as_slice().iter().enumerate().map(|(k, &extent)| {
+                    BatchExtent {
+                        extent,
+                        slot: i * parts + k,
+                    }
+                }));
+            }
+            let mut got = Vec::new();
+            batch_extents(shards, &rows, ExtentOrder::Rows, &mut got).unwrap();
+            assert_eq!(got, want);
+            batch_extents(shards, &rows, ExtentOrder::File, &mut got).unwrap();
+            want.sort_unstable_by_key(|b| (b.extent.file, b.extent.offset, b.slot));
+            assert_eq!(got, want);
+            // Past the end, or past 2^64: the row is named.
+            assert_eq!(batch_extents(shards, &[1, 500, 2], ExtentOrder::File, &mut got), Err(500));
+        }
+        let huge = [shard(0, 0, u64::MAX, vec![part(0, u64::MAX - 100, 90)])];
+        let mut got = Vec::new();
+        // Row 0 ends 10 bytes short of 2^64, row 1 past it.
+        assert_eq!(batch_extents(&huge, &[0, 1], ExtentOrder::Rows, &mut got), Err(1));
+        assert!(extents_in(&huge, 0).is_some());
+        assert_eq!(extents_in(&huge, 1), None);
     }
 
     fn brute(offset: u64, row_bytes: u64, n_rows: u64, page: u64) -> u64 {

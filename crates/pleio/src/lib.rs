@@ -17,8 +17,9 @@
 //! to row ids ([`Table::sequence`], [`OwnedSequence`]).
 //!
 //! Inside, data flows one way: token ids become row ids (`ngram`), row ids
-//! are planned into page advice (`page_plan`) or read spans (`io`), a
-//! strategy fetches the bytes (`fetch`), and a decoder (`quant`) writes
+//! become a batch's extents (`layout`), one coalescer turns extents into
+//! page advice or reads (`coalesce`), a strategy fetches the bytes
+//! (`fetch`, through the readers of `io`), and a decoder (`quant`) writes
 //! them as the dtype asked for. Only `sys`, `map`, the io_uring backend and
 //! the SIMD kernels may use `unsafe`. These modules are public only with
 //! the `internals` feature (pleio's lab, CLI, benches and tests): not an
@@ -77,6 +78,7 @@ macro_rules! internal_mods {
 internal_mods! {
     cache;
     checkpoint;
+    coalesce;
     fetch;
     gguf;
     io;
@@ -85,7 +87,6 @@ internal_mods! {
     map;
     model;
     ngram;
-    page_plan;
     quant;
     safetensors;
     #[allow(unsafe_code)] // the OS layer: every system call

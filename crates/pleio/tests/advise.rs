@@ -9,10 +9,10 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use fetch_fixture::{bits, Fixture, Rng};
+use pleio::coalesce::page::CHUNK_ROWS;
 use pleio::fetch::GatherError;
 use pleio::map::Mapping;
 use pleio::model::Model;
-use pleio::page_plan::CHUNK_ROWS;
 use pleio::sys::{self, Advisor, RecordingAdvisor};
 use pleio::{ErrorKind, GatherStats, Strategy, Table};
 

@@ -7,8 +7,9 @@
 //! stored bytes: its parts concatenated in part order); a miss is claimed,
 //! and all claimed rows are read together into one of the cache's budgeted
 //! staging buffers, chunk by chunk, then decoded and stored. A chunk's
-//! reads are the aligned blocks covering every part of every row (blocks
-//! of one region that touch merged into one read), laid out file by file
+//! reads are the aligned blocks covering every part of every row (the
+//! coalescer's block mode, [`crate::coalesce`]: blocks of one region that
+//! touch merged into one read), laid out file by file
 //! and read through one private `O_DIRECT` io_uring per file the table's
 //! rows are in (a GGUF tensor: one; a checkpoint: each of its files). A
 //! row another gather is reading at that moment is waited for, not read
@@ -36,6 +37,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use super::direct::{read_error, with_scratch, Kind, Picked, Scratch};
 use super::{with_staged, GatherError, GatherStats, Staged, Table};
 use crate::cache::{CachePolicy, Found, RowCache, Sizing};
+use crate::coalesce::{CoalesceError, Mode, Plan};
 use crate::io::{Engine, Extent, IoError, Read, Reader, ReaderConfig};
 use crate::layout::Layout;
 use crate::output::{Decoder, Out};
@@ -380,7 +382,7 @@ impl CachedReader {
             self.read_plan(t, &plan, buf, stats)?;
             for (j, &u) in chunk[..n].iter().enumerate() {
                 let g = &groups[u];
-                let at = &plan.at[j * part_len.len()..(j + 1) * part_len.len()];
+                let at = &plan.at()[j * part_len.len()..(j + 1) * part_len.len()];
                 let bytes = if let [len] = part_len[..] {
                     &buf[at[0]..at[0] + len]
                 } else {
@@ -510,43 +512,34 @@ fn copy_row(dst: &mut [u8], src: &[u8]) -> Result<(), GatherError> {
     Ok(())
 }
 
-/// No extent open for a region.
-const NONE: usize = usize::MAX;
-
-/// The reads of one chunk of rows: the `align`-ed blocks covering every
-/// part of every row, blocks of one region that touch merged into one
-/// extent, laid out in staging file by file (each file's extents by
-/// offset, back to back), and where each part landed.
+/// The reads of one chunk of rows: the coalescer's block mode over every
+/// part of every row (a region's parts are one stream, so blocks of one
+/// region that touch merge into one extent), laid out in staging file by
+/// file (each file's extents by offset, back to back), and where each part
+/// landed.
 struct ChunkPlan {
     /// The extents, grouped by file, ascending by offset within a file.
     extents: Vec<Extent>,
     /// Each file's run of `extents`, ascending by file index.
     files: Vec<(usize, std::ops::Range<usize>)>,
-    /// The staging position of part `k` of the chunk's row `j`, at `j *
-    /// parts + k`.
-    at: Vec<usize>,
-    /// Working storage: the extents as planned (file, region, extent), the
-    /// extent and offset in it of every part, and the open extent of each
-    /// region (its last, which the region's next part may extend).
-    planned: Vec<(usize, usize, Extent)>,
-    part_in: Vec<(usize, usize)>,
-    open: Vec<usize>,
-    order: Vec<usize>,
-    pos: Vec<usize>,
+    /// The coalescer's plan: its `at()[j * parts + k]` is the staging
+    /// position of part `k` of the chunk's row `j`.
+    plan: Plan,
 }
 
 impl ChunkPlan {
+    /// A plan for a table of `regions` regions (one stream each).
     fn new(regions: usize) -> ChunkPlan {
         ChunkPlan {
             extents: Vec::new(),
             files: Vec::new(),
-            at: Vec::new(),
-            planned: Vec::new(),
-            part_in: Vec::new(),
-            open: vec![NONE; regions],
-            order: Vec::new(),
-            pos: Vec::new(),
+            plan: Plan::with_streams(regions),
         }
+    }
+
+    /// Where each part of each planned row landed (`j * parts + k`).
+    fn at(&self) -> &[usize] {
+        self.plan.at()
     }
 
     /// Plans ascending `rows` while their blocks fit in `room` bytes of
@@ -558,107 +551,50 @@ impl ChunkPlan {
         rows: impl Iterator<Item = u64>,
         room: usize,
     ) -> Result<usize, GatherError> {
-        self.planned.clear();
-        self.part_in.clear();
-        let mut used = 0usize;
+        let setup = |e: CoalesceError| GatherError::Setup {
+            backend: "cached",
+            reason: format!("planning reads: {e}"),
+        };
+        self.plan.start(Mode::Block {
+            block: align,
+            page: align,
+        });
+        let mut used = 0u64;
         let mut n = 0usize;
         for row in rows {
             let ex = layout.extents(row)?;
             let ex = ex.as_slice();
             // The bytes this row adds: each part's blocks past the end of
-            // its region's open extent (or all of them, when it starts
-            // past it).
-            let mut grow = 0usize;
+            // its region's open extent.
+            let mut grow = 0u64;
             for e in ex {
-                let (bs, be) = blocks(e.offset, e.len, align);
-                grow += match self.open[e.region] {
-                    NONE => be - bs,
-                    i => {
-                        let x = &self.planned[i].2;
-                        let x_end = x.offset + x.len as u64;
-                        if bs <= x_end {
-                            be.saturating_sub(x_end)
-                        } else {
-                            be - bs
-                        }
-                    }
-                } as usize;
+                grow += self
+                    .plan
+                    .grow(e.region, e.file, e.offset, e.len)
+                    .map_err(setup)?;
             }
-            if used + grow > room {
+            if used + grow > room as u64 {
                 break;
             }
             used += grow;
             for e in ex {
-                let (bs, be) = blocks(e.offset, e.len, align);
-                let end = e.offset + e.len;
-                let open = self.open[e.region];
-                match self.planned.get_mut(open) {
-                    Some((_, _, x)) if bs <= x.offset + x.len as u64 => {
-                        x.len += be.saturating_sub(x.offset + x.len as u64) as usize;
-                        x.want = (end - x.offset) as usize;
-                        self.part_in.push((open, (e.offset - x.offset) as usize));
-                    }
-                    _ => {
-                        self.open[e.region] = self.planned.len();
-                        self.part_in
-                            .push((self.planned.len(), (e.offset - bs) as usize));
-                        self.planned.push((
-                            e.file,
-                            e.region,
-                            Extent {
-                                offset: bs,
-                                len: (be - bs) as usize,
-                                want: (end - bs) as usize,
-                            },
-                        ));
-                    }
-                }
+                self.plan
+                    .push(e.region, e.file, e.offset, e.len)
+                    .map_err(setup)?;
             }
             n += 1;
         }
-        self.lay_out();
+        self.plan.finish().map_err(setup)?;
+        self.extents.clear();
+        self.extents.extend(self.plan.runs().iter().map(|r| Extent {
+            offset: r.start,
+            len: r.len() as usize,
+            want: (r.want - r.start) as usize,
+        }));
+        self.files.clear();
+        self.files.extend_from_slice(self.plan.files());
         Ok(n)
     }
-
-    /// Orders the planned extents file by file, places them back to back
-    /// and records where every part landed.
-    fn lay_out(&mut self) {
-        let planned = &self.planned;
-        self.order.clear();
-        self.order.extend(0..planned.len());
-        // Already in order for a table of one region.
-        self.order
-            .sort_unstable_by_key(|&i| (planned[i].0, planned[i].2.offset));
-        self.extents.clear();
-        self.files.clear();
-        self.pos.clear();
-        self.pos.resize(planned.len(), 0);
-        let mut at = 0usize;
-        for &i in &self.order {
-            let (file, region, x) = planned[i];
-            self.open[region] = NONE;
-            match self.files.last_mut() {
-                Some((f, r)) if *f == file => r.end += 1,
-                _ => self
-                    .files
-                    .push((file, self.extents.len()..self.extents.len() + 1)),
-            }
-            self.extents.push(x);
-            self.pos[i] = at;
-            at += x.len;
-        }
-        self.at.clear();
-        self.at
-            .extend(self.part_in.iter().map(|&(i, delta)| self.pos[i] + delta));
-    }
-}
-
-/// The `align`-ed blocks covering `len` bytes at `offset`.
-fn blocks(offset: u64, len: u64, align: u64) -> (u64, u64) {
-    (
-        offset / align * align,
-        (offset + len).div_ceil(align) * align,
-    )
 }
 
 #[cfg(test)]
@@ -718,7 +654,7 @@ mod tests {
         let far = 1000 + 1000 * 90;
         assert_eq!(p.extents[1].offset, far / 4096 * 4096);
         let buf = staged(&p);
-        for (&r, &a) in rows.iter().zip(&p.at) {
+        for (&r, &a) in rows.iter().zip(p.at()) {
             let s = 1000 + r * 90;
             let want: Vec<u8> = (s..s + 90).map(|o| byte(0, o)).collect();
             assert_eq!(&buf[a..a + 90], &want[..], "row {r}");
@@ -755,7 +691,7 @@ mod tests {
             },
         ];
         let t = Layout::for_test(shards, 52);
-        let mut p = ChunkPlan::new(6);
+        let mut p = ChunkPlan::new(1);
         let rows = [0u64, 1, 9, 10, 15, 19];
         let n = p.plan(&t, 512, rows.iter().copied(), 1 << 20).unwrap();
         assert_eq!(n, rows.len());
@@ -767,19 +703,17 @@ mod tests {
         let buf = staged(&p);
         for (j, &r) in rows.iter().enumerate() {
             for (k, x) in t.extents(r).unwrap().as_slice().iter().enumerate() {
-                let a = p.at[j * 3 + k];
+                let a = p.at()[j * 3 + k];
                 let want: Vec<u8> = (x.offset..x.offset + x.len)
                     .map(|o| byte(x.file, o))
                     .collect();
                 assert_eq!(&buf[a..a + x.len as usize], &want[..], "row {r} part {k}");
             }
         }
-        // Every region's open extent is forgotten between chunks.
-        assert!(p.open.iter().all(|&o| o == NONE));
         // A room too small for a whole row plans none of its parts.
         let n = p.plan(&t, 512, rows.iter().copied(), 1024).unwrap();
         assert_eq!(n, 0);
-        assert!(p.extents.is_empty() && p.at.is_empty());
+        assert!(p.extents.is_empty() && p.at().is_empty());
         let n = p.plan(&t, 512, rows.iter().copied(), 2048).unwrap();
         assert_eq!(n, 3, "rows 0, 1 and 9 share their blocks");
     }

@@ -1,8 +1,9 @@
 //! The direct strategies (`pread`, `uring`, `uring-direct`, `pool`): sorted,
-//! deduplicated row ids, one read plan per file with small gaps coalesced,
-//! the reads of every file in one batch of one [`Reader`] into reused
-//! staging, then a decode from staging into the output in request order
-//! (duplicates decoded again from the same bytes).
+//! deduplicated row ids, their extents ([`crate::layout::batch_extents`]),
+//! one multi-file read plan with small gaps coalesced ([`crate::coalesce`],
+//! gap mode), the reads of every file in one batch of one [`Reader`] into
+//! reused staging, then a decode from staging into the output in request
+//! order (duplicates decoded again from the same bytes).
 //!
 //! Readers are created on first use, one per kind over every file the
 //! table's rows are in, once per table handle (clones share them), and
@@ -16,7 +17,9 @@ use std::sync::{Arc, OnceLock};
 
 use super::known_pages::Residency;
 use super::{GatherError, GatherStats, Table};
-use crate::io::{Engine, IoError, Read, ReadPlan, Reader, ReaderConfig, RowReads};
+use crate::coalesce::{Mode, Plan};
+use crate::io::{Engine, IoError, Read, Reader, ReaderConfig};
+use crate::layout::{BatchExtent, ExtentOrder};
 use crate::output::Out;
 use crate::tuning::TUNING;
 
@@ -170,13 +173,14 @@ pub(super) struct Scratch {
     pub(super) order: Vec<(u64, usize)>,
     /// Distinct rows, ascending.
     pub(super) uniq: Vec<u64>,
-    /// Every part of every distinct row: (file, offset, len, `u * parts +
-    /// part` for distinct row `u`), sorted by file and offset.
-    extents: Vec<(usize, u64, usize, usize)>,
+    /// Every part of every distinct row (slot `u * parts + part` for
+    /// distinct row `u`), sorted by file and offset.
+    extents: Vec<BatchExtent>,
     /// Where each part landed in staging, by `u * parts + part`.
     at: Vec<usize>,
-    pub(super) reads: RowReads,
-    /// The reads of every file, for the reader.
+    /// The extents coalesced (gap mode), every file's runs.
+    plan: Plan,
+    /// The runs as the reader takes them.
     batch: Vec<Read>,
     staging: Vec<u8>,
     /// One row of several parts, put together.
@@ -240,17 +244,25 @@ impl Table {
         s.uniq.clear();
         s.uniq.extend(s.order.iter().map(|&(r, _)| r));
         s.uniq.dedup();
-        s.extents.clear();
-        for (u, &row) in s.uniq.iter().enumerate() {
-            for (k, e) in t.extents(row)?.as_slice().iter().enumerate() {
+        t.batch_extents(&s.uniq, ExtentOrder::File, &mut s.extents)?;
+        s.plan
+            .sorted(
+                Mode::Gap {
+                    max_gap: COALESCE_GAP as u64,
+                },
                 s.extents
-                    .push((e.file, e.offset, e.len as usize, u * parts + k));
-            }
-        }
-        // Already sorted for a table of one region (a linear check).
-        s.extents.sort_unstable();
+                    .iter()
+                    .map(|b| (b.extent.file, b.extent.offset, b.extent.len)),
+            )
+            .map_err(|e| GatherError::Setup {
+                backend: kind.name(),
+                reason: format!("planning reads: {e}"),
+            })?;
         s.at.clear();
         s.at.resize(s.uniq.len() * parts, 0);
+        for (b, &at) in s.extents.iter().zip(s.plan.at()) {
+            s.at[b.slot] = at;
+        }
         let result = self.read_files(kind, strategy, s, stats);
         let decoded = result.and_then(|()| {
             // Walk the sorted requests and the distinct rows together.
@@ -294,9 +306,8 @@ impl Table {
         decoded
     }
 
-    /// Reads `s.extents` (sorted by file and offset) into `s.staging`, one
-    /// plan per file, all files' reads in one batch of the `kind` reader,
-    /// and records in `s.at` where each landed.
+    /// Reads `s.plan` (every file's coalesced runs, by file and offset)
+    /// into `s.staging`, all files' reads in one batch of the `kind` reader.
     fn read_files(
         &self,
         kind: Kind,
@@ -307,43 +318,19 @@ impl Table {
         let picked = self.shared.backends.get(kind, strategy)?;
         let reader = &picked.reader;
         s.batch.clear();
-        let mut base = 0usize;
-        let mut i = 0usize;
-        while i < s.extents.len() {
-            let file = s.extents[i].0;
-            let n = s.extents[i..].partition_point(|e| e.0 == file);
-            let group = &s.extents[i..i + n];
-            let setup = |e: crate::io::PlanError| GatherError::Setup {
-                backend: reader.name(),
-                reason: format!("planning reads: {e}"),
-            };
-            ReadPlan::for_extents_into(
-                group.iter().map(|&(_, off, len, _)| (off, len)),
-                COALESCE_GAP,
-                &mut s.reads,
-            )
-            .map_err(setup)?;
-            let end = base
-                .checked_add(s.reads.plan.staging_len())
-                .ok_or_else(|| setup(crate::io::PlanError::Overflow { index: 0 }))?;
+        for run in s.plan.runs() {
             let k = self
                 .shared
                 .backends
-                .slot(file)
+                .slot(run.file)
                 .ok_or(GatherError::NoFile { strategy })?;
-            s.batch.extend(
-                s.reads
-                    .plan
-                    .spans()
-                    .iter()
-                    .map(|sp| Read::new(k, sp.file_offset, sp.len, base + sp.dst_offset)),
-            );
-            for (&(_, _, _, slot), &off) in group.iter().zip(&s.reads.staging_offsets) {
-                s.at[slot] = base + off;
-            }
-            base = end;
-            i += n;
+            let len = usize::try_from(run.len()).map_err(|_| GatherError::Setup {
+                backend: reader.name(),
+                reason: "planning reads: a read longer than the address space".into(),
+            })?;
+            s.batch.push(Read::new(k, run.start, len, run.dst));
         }
+        let base = s.plan.staging_len();
         if s.staging.len() < base {
             s.staging.resize(base, 0);
         }

@@ -49,12 +49,12 @@ use crate::cache::{CacheCounters, CachePolicy, Sizing};
 use crate::checkpoint::{CheckpointError, CheckpointTable, TableKind};
 use crate::error::{Error, ErrorKind};
 use crate::io::IoError;
-use crate::layout::{Layout, RowFormat, RowId, TableError};
+use crate::layout::{BatchExtent, ExtentOrder, Layout, RowFormat, RowId, TableError};
 use crate::map::{CopyError, Mapping};
 use crate::model::Model;
 use crate::ngram::{Gemma4Rows, ModelRows, OwnedSequence};
 use crate::output::{Decoder, Dtype, Out, Rounding};
-use crate::page_plan::{Bounds, Planner, RowSpan};
+use crate::coalesce::page::{Bounds, Planner, RowSpan};
 use crate::quant::DecodeError;
 use crate::sys::{self, AdviceOutcome, Advisor, MemRun};
 use lookahead::{Lookahead, Prefetch, Prefetcher};
@@ -408,6 +408,8 @@ impl GatherStats {
 struct Scratch {
     planner: Planner,
     mem: Vec<MemRun>,
+    /// The batch's extents (a table of several regions).
+    parts: Vec<BatchExtent>,
     /// (shard, row in the shard) of each row (a table of several regions).
     local: Vec<(usize, u64)>,
     /// One shard's local rows.
@@ -1186,9 +1188,11 @@ impl Table {
                 pages += self.plan_region(r.file, span, rows, stats, advise, s);
             } else {
                 s.local.clear();
-                for &row in rows {
-                    if let Ok(e) = t.extents(row) {
-                        let shard = e.as_slice()[0].region / t.parts();
+                let parts = t.parts();
+                // Checked rows: the extents are all there.
+                if t.batch_extents(rows, ExtentOrder::Rows, &mut s.parts).is_ok() {
+                    for (&row, b) in rows.iter().zip(s.parts.iter().step_by(parts)) {
+                        let shard = b.extent.region / parts;
                         s.local.push((shard, row - t.shards()[shard].row_start));
                     }
                 }

@@ -6,6 +6,10 @@
 //! (file, offset, length, where in staging) with up to its queue depth in
 //! flight *across* files, never file after file. How the reads are done is
 //! its [`Engine`]; every engine fills staging with exactly the same bytes:
+//! (The reads are planned by the read pipeline's coalescer, [`crate::coalesce`];
+//! [`ReadPlan`] holds one file's gap-mode runs.)
+//!
+//! Engines:
 //!
 //! - [`Engine::Pread`]: positioned reads on the caller's thread, one after
 //!   another (queue depth 1);

@@ -1,5 +1,8 @@
-//! Read plans: file byte spans and where each lands in a staging buffer.
-//! Pure code, no I/O.
+//! Read plans: file byte spans and where each lands in a staging buffer,
+//! as the backends read them. Pure code, no I/O. Spans are planned by the
+//! coalescer ([`crate::coalesce`], gap mode); this is its one-file form.
+
+use crate::coalesce::{CoalesceError, Mode, Plan, Run};
 
 /// One contiguous read: `len` bytes of the file at `file_offset`, stored at
 /// `staging[dst_offset..dst_offset + len]`.
@@ -182,52 +185,47 @@ impl ReadPlan {
         max_gap: usize,
         out: &mut RowReads,
     ) -> Result<(), PlanError> {
-        let spans = &mut out.plan.spans;
-        let staging_offsets = &mut out.staging_offsets;
-        spans.clear();
+        let RowReads {
+            plan,
+            staging_offsets,
+            coalesce,
+        } = out;
+        plan.spans.clear();
+        plan.staging_len = 0;
         staging_offsets.clear();
-        out.plan.staging_len = 0;
-        let mut dst_end = 0usize;
-        let mut prev = 0u64;
-        for (index, (off, len)) in extents.into_iter().enumerate() {
-            if off < prev {
-                return Err(PlanError::Unsorted { index, offset: off });
-            }
-            prev = off;
-            let end = off
-                .checked_add(len as u64)
-                .ok_or(PlanError::Overflow { index })?;
-            match spans.last_mut() {
-                Some(last) if off.saturating_sub(last.file_end()) <= max_gap as u64 => {
-                    // Inside or near the open span: extend it to this end.
-                    let grow = usize::try_from(end.saturating_sub(last.file_end()))
-                        .map_err(|_| PlanError::Overflow { index })?;
-                    last.len = last
-                        .len
-                        .checked_add(grow)
-                        .ok_or(PlanError::Overflow { index })?;
-                    dst_end = dst_end
-                        .checked_add(grow)
-                        .ok_or(PlanError::Overflow { index })?;
-                    // off >= last.file_offset (sorted), and within the span.
-                    let into = usize::try_from(off - last.file_offset)
-                        .map_err(|_| PlanError::Overflow { index })?;
-                    staging_offsets.push(last.dst_offset + into);
-                }
-                _ => {
-                    spans.push(Span {
-                        file_offset: off,
-                        len,
-                        dst_offset: dst_end,
-                    });
-                    staging_offsets.push(dst_end);
-                    dst_end = dst_end
-                        .checked_add(len)
-                        .ok_or(PlanError::Overflow { index })?;
-                }
-            }
+        coalesce
+            .sorted(
+                Mode::Gap {
+                    max_gap: max_gap as u64,
+                },
+                extents
+                    .into_iter()
+                    .map(|(off, len)| (0, off, len as u64)),
+            )
+            .map_err(|e| match e {
+                CoalesceError::Unsorted { index, offset } => PlanError::Unsorted { index, offset },
+                CoalesceError::Overflow { index } => PlanError::Overflow { index },
+            })?;
+        plan.fill(coalesce.runs())
+            .map_err(|index| PlanError::Overflow { index })?;
+        staging_offsets.extend_from_slice(coalesce.at());
+        Ok(())
+    }
+
+    /// Replaces the spans with `runs` (of one file, from the coalescer,
+    /// back to back in staging from their first `dst`), staged from 0,
+    /// reusing the storage. `Err(index)`: a run longer than `usize`.
+    pub fn fill(&mut self, runs: &[Run]) -> Result<(), usize> {
+        let base = runs.first().map_or(0, |r| r.dst);
+        self.spans.clear();
+        for (index, r) in runs.iter().enumerate() {
+            self.spans.push(Span {
+                file_offset: r.start,
+                len: usize::try_from(r.len()).map_err(|_| index)?,
+                dst_offset: r.dst - base,
+            });
         }
-        out.plan.staging_len = dst_end;
+        self.staging_len = runs.last().map_or(0, |r| r.dst - base + r.len() as usize);
         Ok(())
     }
 
@@ -253,13 +251,23 @@ impl ReadPlan {
 }
 
 /// The plan for a set of rows, with where each row lands in staging.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct RowReads {
     /// The reads.
     pub plan: ReadPlan,
     /// `staging_offsets[i]`: where row `rows[i]` starts in the staging buffer.
     pub staging_offsets: Vec<usize>,
+    /// The coalescer's reused storage.
+    coalesce: Plan,
 }
+
+impl PartialEq for RowReads {
+    fn eq(&self, other: &RowReads) -> bool {
+        self.plan == other.plan && self.staging_offsets == other.staging_offsets
+    }
+}
+
+impl Eq for RowReads {}
 
 #[cfg(test)]
 mod tests {

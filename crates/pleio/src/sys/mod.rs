@@ -46,7 +46,7 @@ use stub as adv;
 
 pub(crate) mod guard;
 mod zeroed;
-pub(crate) use zeroed::{ZeroValid, Zeroed};
+pub(crate) use zeroed::Zeroed;
 
 /// True where reads through pleio's mappings survive `SIGBUS` (a file that
 /// shrank under its mapping, or a device error): Linux x86_64. There a

@@ -1,4 +1,5 @@
-//! Row ids to page runs: which pages a batch will touch.
+//! Page mode of the coalescer: row ids to page runs, which pages a batch
+//! will touch (for `madvise`).
 //!
 //! Pure (no I/O) and allocation-free per call once its reused scratch has
 //! grown to the batch size ([`Planner::with_capacity`] reserves up front).
@@ -15,6 +16,8 @@
 //! or the clamp.
 
 use std::ops::Range;
+
+use super::{merge_sorted, Mode};
 
 /// Most row ids one chunk of runs covers (and so one advice batch).
 pub const CHUNK_ROWS: usize = 256;
@@ -96,22 +99,6 @@ fn ceil_to(x: u64, page: u64) -> u64 {
     x.div_ceil(page).saturating_mul(page)
 }
 
-/// Sorts `runs` by start and merges overlapping and adjacent ones in place.
-fn sort_merge(runs: &mut Vec<Range<u64>>) {
-    runs.sort_unstable_by_key(|r| r.start);
-    let mut w = 0;
-    for i in 0..runs.len() {
-        let r = runs[i].clone();
-        if w > 0 && r.start <= runs[w - 1].end {
-            runs[w - 1].end = runs[w - 1].end.max(r.end);
-        } else {
-            runs[w] = r;
-            w += 1;
-        }
-    }
-    runs.truncate(w);
-}
-
 impl Planner {
     /// An empty planner (its scratch grows on first use).
     pub fn new() -> Planner {
@@ -172,7 +159,7 @@ impl Planner {
     /// Sorts and merges the chunk's runs, cuts them to the retained
     /// fragments and appends them as one chunk.
     fn finish_chunk(&mut self, retained: &[Range<u64>]) {
-        sort_merge(&mut self.tmp);
+        merge_sorted(&mut self.tmp, Mode::Page { page: self.page });
         let mut fi = 0;
         for r in self.tmp.drain(..) {
             // Runs are sorted, so the fragment cursor only moves forward.
@@ -214,7 +201,7 @@ impl Planner {
     pub fn distinct_pages(&mut self) -> u64 {
         self.merged.clear();
         self.merged.extend_from_slice(&self.runs);
-        sort_merge(&mut self.merged);
+        merge_sorted(&mut self.merged, Mode::Page { page: self.page });
         let page = self.page.max(1);
         self.merged
             .iter()
