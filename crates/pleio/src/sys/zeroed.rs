@@ -28,7 +28,9 @@ unsafe impl ZeroValid for u32 {}
 unsafe impl ZeroValid for u64 {}
 
 /// Arrays of at least this many bytes are mapped, smaller ones allocated.
-const MAP_FROM: usize = 1 << 20;
+/// Low on purpose: a cache of 64 shards has a few hundred KiB of
+/// bookkeeping per shard, tens of MiB in all, that must stay untouched too.
+const MAP_FROM: usize = 64 << 10;
 
 /// A zeroed array of `len` elements, fixed in length (see the module docs).
 pub(crate) struct Zeroed<T: ZeroValid> {
