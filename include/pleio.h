@@ -402,7 +402,9 @@ int pleio_out_bytes(struct pleio_table *t, pleio_dtype dtype, size_t n, size_t *
  * `ids` must point at `n` readable `int64_t`, `out` at `out_bytes`
  * writable bytes not overlapping `ids`, and `stats_or_null` be NULL or
  * point at a writable `pleio_stats`; none may be written by another thread
- * during the call.
+ * during the call. (The ids are copied once, then checked and used from
+ * the copy: a thread rewriting them anyway changes which rows are
+ * gathered, or makes the call fail, never reads outside the table.)
  */
 int pleio_gather(struct pleio_table *t,
                  const int64_t *ids,

@@ -105,12 +105,17 @@ fn auto_residency_and_bench_tell_the_truth_to_a_reader_who_does_not_own_the_tabl
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
     let fs = p(&f);
     evict(&f);
+    // Root's exact scan (mincore): the table's resident pages.
     let root_scan = |what: &str| {
         let v = json(&ok(&["residency", "--json", fs]));
         assert!(v["exact"].as_bool().unwrap(), "{what}: {v}");
-        v["resident_fraction"].as_f64().unwrap()
+        v["resident_pages"].as_u64().unwrap()
     };
-    if root_scan("evicted") > 0.05 {
+    // The first scan's header read brings the header's pages (and their
+    // readahead) in: the second tells what every later process finds.
+    root_scan("evicted");
+    let evicted = root_scan("evicted, header read");
+    if evicted > 13_200 / 20 {
         skip!("eviction does not take on this file system");
     }
 
@@ -119,8 +124,11 @@ fn auto_residency_and_bench_tell_the_truth_to_a_reader_who_does_not_own_the_tabl
     assert_ne!(cold["method"], "mincore", "{cold}");
     assert!(cold["probed_pages"].as_u64().unwrap() > 0, "{cold}");
     assert!(cold["resident_fraction"].as_f64().unwrap() < 0.05, "{cold}");
-    // The probes' pages were dropped again.
-    assert!(root_scan("after nobody's scan") < 0.05);
+    // The probes' pages were dropped again, and no neighbour came with
+    // them: the probes read through a handle without readahead (before that,
+    // a probe's readahead window stayed behind in 2 runs of 35).
+    let after = root_scan("after nobody's scan");
+    assert!(after <= evicted, "{after} > {evicted}");
 
     // gather, auto: every row cold, its pages advised (MADV_WILLNEED is no
     // privilege: any reader may ask for readahead) and then copied out of

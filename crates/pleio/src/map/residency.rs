@@ -155,7 +155,9 @@ impl Mapping {
                 out.probed = pages;
             }
             ResidencyMethod::ReadProbe => {
-                let f = self.file.as_ref()?;
+                let own = self.file.as_ref()?;
+                let probe = sys::probe_handle(own);
+                let f = probe.as_ref().unwrap_or(own);
                 let picks = pick_pages(&runs, self.page, pages, max_probes);
                 let mut pulled = Pulled(Vec::new());
                 let asked: Option<u64> = picks
@@ -239,7 +241,9 @@ impl Mapping {
                 }
             }
             ResidencyMethod::ReadProbe => {
-                let f = self.file.as_ref()?;
+                let own = self.file.as_ref()?;
+                let probe = sys::probe_handle(own);
+                let f = probe.as_ref().unwrap_or(own);
                 let pages: u64 = runs.iter().map(|r| (r.end - r.start) / self.page).sum();
                 let mut pulled = Pulled(Vec::new());
                 let mut refused = false;
@@ -284,7 +288,9 @@ impl Mapping {
 
     /// Puts the cache back as it was before read probes: waits for the
     /// reads they started (a plain one-byte read of each page, served by
-    /// the read in flight) and drops those pages again.
+    /// the read in flight) and drops those pages again. Exact only when the
+    /// probes went through a [`sys::probe_handle`], which reads no
+    /// neighbours.
     fn drop_pulled(&self, f: &File, pulled: Pulled) {
         let mut byte = [0u8; 1];
         for &p in &pulled.0 {

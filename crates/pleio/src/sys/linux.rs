@@ -45,6 +45,12 @@ pub(super) fn random_reads(file: &File) -> bool {
     unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) == 0 }
 }
 
+pub(super) fn reopen(file: &File) -> Option<File> {
+    // The descriptor's magic link: the same file, even one unreachable by
+    // name, with the open-time permission check against its inode.
+    File::open(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
+}
+
 fn madvise(run: MemRun, advice: libc::c_int) -> bool {
     // SAFETY: only MADV_WILLNEED and MADV_RANDOM are passed here: they start
     // readahead or change the readahead hint, never memory contents or which

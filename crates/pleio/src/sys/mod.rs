@@ -152,6 +152,16 @@ pub fn random_reads(file: &File) -> bool {
     adv::random_reads(file)
 }
 
+/// A second open file description of `file`'s file, with readahead off
+/// ([`random_reads`]), for read probes that must leave the page cache as
+/// they found it: a cache-only read of a missing page still starts reading
+/// it, and through a readahead window also its neighbours, which nobody then
+/// drops. `None` where it cannot be opened; callers fall back to `file`.
+pub fn probe_handle(file: &File) -> Option<File> {
+    let f = adv::reopen(file)?;
+    random_reads(&f).then_some(f)
+}
+
 /// Makes the child that `cmd` spawns join the control group whose
 /// `cgroup.procs` file `procs` is (open for writing), between fork and exec:
 /// the child runs confined from its first instruction. A refused join fails

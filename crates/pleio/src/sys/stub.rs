@@ -23,6 +23,10 @@ pub(super) fn thread_major_faults() -> Option<u64> {
     None
 }
 
+pub(super) fn reopen(_file: &File) -> Option<File> {
+    None
+}
+
 pub(super) fn random_reads(_file: &File) -> bool {
     false
 }
