@@ -62,9 +62,11 @@ fn bench_writes_every_arm_as_json() {
         std::fs::metadata(&f).unwrap().len()
     );
     let arms = v["arms"].as_array().unwrap();
-    // Per size: every strategy, limit and qd1-page cold, every strategy warm.
+    // Per size: every strategy, limit and qd1-page cold, every strategy
+    // and limit-warm warm.
     let n = pleio::Strategy::ALL.len();
-    assert_eq!(arms.len(), 2 * (n + 2 + n));
+    assert_eq!(arms.len(), 2 * (n + 2 + n + 1));
+    assert_eq!(v["dtype"], "f32");
     for a in arms {
         for key in [
             "strategy",
@@ -82,8 +84,19 @@ fn bench_writes_every_arm_as_json() {
         }
         assert!(a["mean_us"].as_f64().unwrap() > 0.0, "{a}");
         assert!(a["samples"].as_u64().unwrap() > 0, "{a}");
-        let cold = a["cold"].as_bool().unwrap();
-        assert_eq!(a["ratio_to_limit"].is_number(), cold, "{a}");
+        // Every arm has a floor: `limit` cold, `limit-warm` warm.
+        assert!(a["ratio_to_limit"].is_number(), "{a}");
+        assert!(
+            a["min_us"].as_f64().unwrap() <= a["median_us"].as_f64().unwrap(),
+            "{a}"
+        );
+    }
+    for rows in [16, 100] {
+        assert!(
+            arms.iter()
+                .any(|a| a["strategy"] == "limit-warm" && a["rows"] == rows && a["cold"] == false),
+            "no limit-warm arm at {rows} rows"
+        );
     }
     for s in STRATEGIES.iter().chain(&["limit"]) {
         for rows in [16, 100] {

@@ -28,9 +28,10 @@ use pleio::io::IoError;
 use pleio::layout::{Layout, TableError};
 use pleio::map::ResidencyMethod;
 use pleio::sys;
-use pleio::{Error, GatherStats, Strategy, Table};
+use pleio::{Dtype, Error, GatherStats, Strategy, Table};
 
 use crate::floor::{summary, DepthSweep, Floor};
+use crate::warm_floor::{WarmFloor, WarmFloorError};
 
 /// Least timed reads behind each `limit` figure: batches are read several
 /// times when there are fewer (a median of 10 is at the mercy of noise).
@@ -138,8 +139,12 @@ pub struct BenchConfig {
     pub cold: ColdMode,
     /// Seed of the row lists.
     pub seed: u64,
-    /// Include the `limit` arm (the device floor, cold only).
+    /// Include the `limit` arm (the device floor, cold) and the
+    /// `limit-warm` arm (the warm floor, [`crate::warm_floor`]).
     pub limit: bool,
+    /// What the gathers write: f32 (the default), bf16, f16 or the stored
+    /// bytes (`raw`).
+    pub dtype: Dtype,
 }
 
 impl Default for BenchConfig {
@@ -151,6 +156,7 @@ impl Default for BenchConfig {
             cold: ColdMode::Evict,
             seed: 1,
             limit: true,
+            dtype: Dtype::F32,
         }
     }
 }
@@ -392,8 +398,9 @@ pub struct Arm {
     pub cache_bytes: Option<u64>,
     /// `mean_us` over `fault`'s at the same size and temperature.
     pub ratio_to_fault: Option<f64>,
-    /// `mean_us` over `limit`'s `median_us` at the same size (cold arms;
-    /// for `limit` itself, its mean over its median).
+    /// `mean_us` over the floor's `median_us` at the same size: `limit`'s
+    /// for cold arms, `limit-warm`'s for warm ones (for a floor itself, its
+    /// mean over its median).
     pub ratio_to_limit: Option<f64>,
     /// Every timed gather (or floor read), microseconds, ascending.
     pub times_us: Vec<f64>,
@@ -433,6 +440,8 @@ pub struct Report {
     pub seed: u64,
     /// Batches per size.
     pub batches: usize,
+    /// What the gathers wrote.
+    pub dtype: Dtype,
     /// Measured costs of residency checks.
     pub residency: ResidencyCosts,
     /// The floor's queue-depth sweep (with a `limit` arm).
@@ -481,6 +490,51 @@ impl Report {
         limit.us_per_row = mean / rows.max(1) as f64;
         for a in self.arms.iter_mut().filter(|a| a.cold && a.rows == rows) {
             a.ratio_to_limit = (median > 0.0).then(|| a.mean_us / median);
+        }
+    }
+}
+
+/// A gather's output: f32 rows, or rows of another [`Dtype`] as bytes.
+#[derive(Debug, Clone, PartialEq)]
+enum OutBuf {
+    F32(Vec<f32>),
+    Bytes(Dtype, Vec<u8>),
+}
+
+impl OutBuf {
+    /// Room for `n` rows of `t` as `dtype`.
+    fn new(t: &Table, dtype: Dtype, n: usize) -> Result<OutBuf, BenchError> {
+        let too_big = || BenchError::Config(format!("{n} rows as {dtype} overflow memory"));
+        Ok(match dtype {
+            Dtype::F32 => OutBuf::F32(vec![
+                0f32;
+                n.checked_mul(t.row_elems()).ok_or_else(too_big)?
+            ]),
+            d => OutBuf::Bytes(d, vec![0u8; t.out_bytes(d, n).ok_or_else(too_big)?]),
+        })
+    }
+
+    fn gather(&mut self, t: &Table, s: Strategy, rows: &[u64]) -> Result<GatherStats, Error> {
+        match self {
+            OutBuf::F32(o) => t.gather_with(s, rows, o),
+            OutBuf::Bytes(d, o) => t.gather_as_with(s, *d, rows, o),
+        }
+    }
+
+    fn floor(&mut self, t: &Table, f: &WarmFloor) -> Result<(), Error> {
+        match self {
+            OutBuf::F32(o) => f.run(t, o),
+            OutBuf::Bytes(d, o) => f.run_as(t, *d, o),
+        }
+    }
+
+    /// Bit-for-bit equal (NaN payloads included).
+    fn same(&self, other: &OutBuf) -> bool {
+        match (self, other) {
+            (OutBuf::F32(a), OutBuf::F32(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+            }
+            (a, b) => a == b,
         }
     }
 }
@@ -782,10 +836,10 @@ impl Bench {
         &self,
         s: Strategy,
         rows: &[u64],
-        out: &mut [f32],
+        out: &mut OutBuf,
         acc: &mut Acc,
     ) -> Result<(), BenchError> {
-        let (r, sample) = measure(|| self.reader.gather_with(s, rows, out));
+        let (r, sample) = measure(|| out.gather(&self.reader, s, rows));
         let stats = r.map_err(|source| BenchError::Gather {
             strategy: s.name(),
             error: source,
@@ -846,14 +900,15 @@ impl Bench {
         let mut arms = Vec::new();
         for &n in &cfg.rows {
             let (lists, mut rng) = self.lists_and_rng(cfg, n);
-            let mut reference = vec![0f32; n * elems];
-            let mut out = vec![0f32; n * elems];
+            let mut reference = OutBuf::new(&self.reader, cfg.dtype, n)?;
+            let mut out = reference.clone();
             let phases: &[bool] = if cold_on { &[true, false] } else { &[false] };
             for &cold in phases {
                 let label = format!("{} {n} rows", if cold { "cold" } else { "warm" });
                 let mut accs: Vec<Acc> = strategies.iter().map(|_| Acc::default()).collect();
                 let mut limit = Acc::default();
                 let mut page1 = Acc::default();
+                let mut warm_floor = Acc::default();
                 for (b, list) in lists.iter().enumerate() {
                     for (k, &s) in strategies.iter().enumerate() {
                         progress(Progress {
@@ -891,6 +946,35 @@ impl Bench {
                             cold,
                         )?;
                         done += 1;
+                    }
+                    if !cold && cfg.limit {
+                        // The warm floor of the same rows, checked against
+                        // the first arm's output.
+                        let floor_err = |error| BenchError::Gather {
+                            strategy: "limit-warm",
+                            error,
+                        };
+                        let f = WarmFloor::new(&self.reader, list).map_err(|e| match e {
+                            WarmFloorError::Read(error) => floor_err(error),
+                            e => BenchError::Config(e.to_string()),
+                        })?;
+                        out.floor(&self.reader, &f).map_err(floor_err)?;
+                        for _ in 0..warm_reps(n) {
+                            let (r, sample) = measure(|| out.floor(&self.reader, &f));
+                            r.map_err(floor_err)?;
+                            warm_floor.times.push(sample.us);
+                            warm_floor.peak = warm_floor.peak.max(sample.peak);
+                            warm_floor.gathers += 1;
+                        }
+                        if !out.same(&reference) {
+                            return Err(BenchError::Mismatch {
+                                strategy: "limit-warm",
+                                reference: strategies[0].name(),
+                                rows: n,
+                                batch: b,
+                                phase: "warm",
+                            });
+                        }
                     }
                     if let (true, Some((floor, _))) = (cold, &floor) {
                         progress(Progress {
@@ -931,13 +1015,17 @@ impl Bench {
                     group.push(limit.arm("limit", n, true));
                     group.push(page1.arm("qd1-page", n, true));
                 }
+                if !cold && cfg.limit {
+                    group.push(warm_floor.arm("limit-warm", n, false));
+                }
                 let fault = group
                     .iter()
                     .find(|a| a.strategy == "fault")
                     .map(|a| a.mean_us);
+                let floor_name = if cold { "limit" } else { "limit-warm" };
                 let lim = group
                     .iter()
-                    .find(|a| a.strategy == "limit")
+                    .find(|a| a.strategy == floor_name)
                     .map(|a| a.median_us);
                 for a in &mut group {
                     a.ratio_to_fault = fault.filter(|&f| f > 0.0).map(|f| a.mean_us / f);
@@ -959,6 +1047,7 @@ impl Bench {
             cold: cfg.cold,
             seed: cfg.seed,
             batches: cfg.batches,
+            dtype: cfg.dtype,
             residency: self.residency_costs(1792),
             floor: floor.map(|(_, sweep)| sweep),
             arms,
@@ -974,32 +1063,28 @@ impl Bench {
         cfg: &BenchConfig,
         (s, k, first): (Strategy, usize, Strategy),
         rows: &[u64],
-        out: &[f32],
-        reference: &mut [f32],
+        out: &OutBuf,
+        reference: &mut OutBuf,
         batch: usize,
         cold: bool,
     ) -> Result<(), BenchError> {
         let phase = if cold { "cold" } else { "warm" };
         let reference_name;
         if cold && cfg.cold == ColdMode::Mincore {
-            self.reader
-                .gather_with(Strategy::Fault, rows, reference)
+            reference
+                .gather(&self.reader, Strategy::Fault, rows)
                 .map_err(|source| BenchError::Gather {
                     strategy: "fault",
                     error: source,
                 })?;
             reference_name = "fault";
         } else if k == 0 {
-            reference.copy_from_slice(out);
+            reference.clone_from(out);
             return Ok(());
         } else {
             reference_name = first.name();
         }
-        let same = out
-            .iter()
-            .zip(reference.iter())
-            .all(|(a, b)| a.to_bits() == b.to_bits());
-        if same {
+        if out.same(reference) {
             Ok(())
         } else {
             Err(BenchError::Mismatch {
@@ -1039,11 +1124,9 @@ mod tests {
         let (_f, b) = bench();
         let cfg = BenchConfig::default();
         let rows = [1u64, 7, 3999];
-        let mut want = vec![0f32; rows.len() * b.reader().row_elems()];
-        b.reader()
-            .gather_with(Strategy::Fault, &rows, &mut want)
-            .unwrap();
-        let mut reference = vec![0f32; want.len()];
+        let mut want = OutBuf::new(b.reader(), Dtype::F32, rows.len()).unwrap();
+        want.gather(b.reader(), Strategy::Fault, &rows).unwrap();
+        let mut reference = want.clone();
         let first = (Strategy::Fault, 0, Strategy::Fault);
         b.check(&cfg, first, &rows, &want, &mut reference, 0, true)
             .unwrap();
@@ -1051,7 +1134,9 @@ mod tests {
         b.check(&cfg, same, &rows, &want, &mut reference, 0, true)
             .unwrap();
         let mut bad = want.clone();
-        bad[200] = f32::from_bits(bad[200].to_bits() ^ 1);
+        if let OutBuf::F32(v) = &mut bad {
+            v[200] = f32::from_bits(v[200].to_bits() ^ 1);
+        }
         let e = b
             .check(&cfg, same, &rows, &bad, &mut reference, 3, false)
             .unwrap_err();
@@ -1068,6 +1153,75 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn warm_floor_writes_what_every_strategy_writes() {
+        // A GGUF table and multi-part checkpoints (FP8 with per-row scales:
+        // two parts; MLX 4-bit: three), every dtype, a batch with repeats.
+        let dir = tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap();
+        let (_f, gguf) = bench();
+        let mut tables = vec![gguf];
+        for enc in [
+            crate::synth_ckpt::CkptEncoding::Fp8Row,
+            crate::synth_ckpt::CkptEncoding::Mlx4,
+        ] {
+            let path = dir.path().join(enc.name());
+            let spec = crate::synth_ckpt::CkptSpec::new(enc, 3000, 2, 3);
+            crate::synth_ckpt::write_checkpoint(&spec, &path, &mut |_| {}).unwrap();
+            tables.push(Bench::open(&path, None).unwrap());
+        }
+        for b in &tables {
+            let t = b.reader();
+            let last = t.rows() - 1;
+            let rows = [5u64, last, 5, 0, 1234, 77, last];
+            let f = WarmFloor::new(t, &rows).unwrap();
+            for &d in Dtype::ALL {
+                let mut want = OutBuf::new(t, d, rows.len()).unwrap();
+                want.gather(t, Strategy::Pread, &rows).unwrap();
+                let mut got = OutBuf::new(t, d, rows.len()).unwrap();
+                got.floor(t, &f).unwrap();
+                assert!(got.same(&want), "{d} of {}", t.path().display());
+            }
+        }
+    }
+
+    #[test]
+    fn a_warm_run_has_a_checked_limit_warm_arm_and_ratios_to_it() {
+        let (_f, b) = bench();
+        let cfg = BenchConfig {
+            rows: vec![16, 300],
+            strategies: vec![Strategy::Fault, Strategy::Auto],
+            batches: 2,
+            cold: ColdMode::None,
+            dtype: Dtype::Raw,
+            ..BenchConfig::default()
+        };
+        let r = b.run(&cfg, &mut |_| {}).unwrap();
+        for n in [16, 300] {
+            let floor = r
+                .arms
+                .iter()
+                .find(|a| a.strategy == "limit-warm" && a.rows == n)
+                .unwrap();
+            assert!(!floor.cold);
+            assert_eq!(floor.samples, 2 * warm_reps(n));
+            let auto = r
+                .arms
+                .iter()
+                .find(|a| a.strategy == "auto" && a.rows == n)
+                .unwrap();
+            let want = auto.mean_us / floor.median_us;
+            assert_eq!(auto.ratio_to_limit, Some(want));
+        }
+        // Without the floors, no arm and no ratio.
+        let cfg = BenchConfig {
+            limit: false,
+            ..cfg
+        };
+        let r = b.run(&cfg, &mut |_| {}).unwrap();
+        assert!(r.arms.iter().all(|a| a.strategy != "limit-warm"));
+        assert!(r.arms.iter().all(|a| a.ratio_to_limit.is_none()));
     }
 
     /// Runs of consecutive numbers in sorted, distinct `pages`.

@@ -1,6 +1,7 @@
 //! pleio's measurement lab, built on the engine's public API only:
 //! synthetic model files ([`synth`], [`random`]), the cold/warm strategy
-//! benchmark ([`bench`]) and its device floor ([`floor`]), prompt replays
+//! benchmark ([`bench`]), its device floor ([`floor`]) and warm floor
+//! ([`warm_floor`]), prompt replays
 //! through the PLE stage ([`replay`]), row-cache policy simulation
 //! ([`cache_sim`]), page-cache residency scans ([`residency`]) and memory
 //! cgroups for capped runs ([`cgroup`]), with the OS readers only the lab
@@ -20,3 +21,4 @@ pub mod residency;
 pub mod synth;
 pub mod synth_ckpt;
 pub mod units;
+pub mod warm_floor;

@@ -30,9 +30,12 @@ macro_rules! outln {
 /// 16/32/64/128/256 finds fastest; its figure is a median of at least 30 reads).
 ///
 /// Cold arms evict the table's byte range before each batch (checked with
-/// mincore); warm arms repeat the same rows with the table resident. Every
-/// arm's f32 output is compared bit for bit; any difference fails the run
-/// (exit status 2). The table goes to stdout, progress to stderr.
+/// mincore); warm arms repeat the same rows with the table resident, against
+/// the warm floor (`limit-warm`: the same rows' stored bytes copied from one
+/// resident buffer by a plain loop, and decoded unless `--dtype raw`, one
+/// thread). Every arm's output is compared bit for bit; any difference
+/// fails the run (exit status 2). The table goes to stdout, progress to
+/// stderr.
 ///
 /// A safetensors checkpoint (directory, index, one file, ple-store.json)
 /// is benched the same way, every file of its table evicted; its `limit`
@@ -69,6 +72,9 @@ pub struct Args {
     /// Seed of the row lists.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// What every gather writes: f32, bf16, f16, or raw (the stored bytes).
+    #[arg(long, default_value = "f32")]
+    dtype: pleio::Dtype,
     /// Any 2-D tensor to read instead of `per_layer_token_embd.weight`.
     #[arg(long)]
     tensor: Option<String>,
@@ -134,6 +140,7 @@ pub fn run(a: Args) -> Result<()> {
         cold: a.cold,
         seed: a.seed,
         limit: !a.no_limit,
+        dtype: a.dtype,
     };
     let bar = step_progress(1, "bench");
     let report = bench.run(&cfg, &mut |p: Progress<'_>| {
@@ -211,25 +218,35 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .filter(|arm| arm["strategy"] == s.name() || arm["strategy"] == "limit")
+                    .filter(|arm| {
+                        arm["strategy"] == s.name()
+                            || arm["strategy"] == "limit"
+                            || arm["strategy"] == "limit-warm"
+                    })
                     .cloned(),
             );
         }
         runs.push(run);
     }
-    // Only fault's child measured `limit`: the other cold arms' ratios
-    // come from its figures.
-    let limits: Vec<(Value, f64)> = arms
+    // Only fault's child measured the floors (`limit` cold, `limit-warm`
+    // warm): the other arms' ratios come from its figures.
+    let is_floor = |x: &Value| x["strategy"] == "limit" || x["strategy"] == "limit-warm";
+    let limits: Vec<(Value, Value, f64)> = arms
         .iter()
-        .filter(|x| x["strategy"] == "limit")
-        .filter_map(|x| Some((x["rows"].clone(), x["median_us"].as_f64()?)))
+        .filter(|x| is_floor(x))
+        .filter_map(|x| {
+            Some((
+                x["rows"].clone(),
+                x["cold"].clone(),
+                x["median_us"].as_f64()?,
+            ))
+        })
         .collect();
-    for x in arms
-        .iter_mut()
-        .filter(|x| x["cold"] == true && x["strategy"] != "limit")
-    {
-        if let (Some((_, l)), Some(m)) = (
-            limits.iter().find(|(n, _)| *n == x["rows"]),
+    for x in arms.iter_mut().filter(|x| !is_floor(x)) {
+        if let (Some((_, _, l)), Some(m)) = (
+            limits
+                .iter()
+                .find(|(n, c, _)| *n == x["rows"] && *c == x["cold"]),
             x["mean_us"].as_f64(),
         ) {
             x["ratio_to_limit"] = json!(finite(m / l));
@@ -239,6 +256,7 @@ fn run_capped(a: &Args, cap: u64) -> Result<()> {
     j["cold_mode"] = json!(a.cold.name());
     j["batches"] = json!(a.batches);
     j["seed"] = json!(a.seed);
+    j["dtype"] = json!(a.dtype.to_string());
     j["arms"] = json!(arms);
     j["floor"] = floor;
     j["mem_cap"] = report::mem_cap_json(cap, version, &runs);
@@ -361,7 +379,7 @@ fn print_table(o: &mut String, r: &Report) {
         outln!(o, "{}", report::sweep_text(sweep));
         outln!(
             o,
-            "limit: median of its samples; vs limit: each arm's mean over limit's median"
+            "limit, limit-warm: medians of their samples; vs limit: each cold arm's mean over limit's median, each warm arm's over limit-warm's"
         );
     }
     outln!(
@@ -427,6 +445,7 @@ pub(crate) fn to_json(r: &Report) -> Value {
     j["cold_mode"] = json!(r.cold.name());
     j["batches"] = json!(r.batches);
     j["seed"] = json!(r.seed);
+    j["dtype"] = json!(r.dtype.to_string());
     j["residency_costs"] = json!({
         "clock_ns": c.clock_ns,
         "method": c.method,
@@ -450,6 +469,7 @@ fn arm_json(a: &Arm) -> Value {
         "samples": a.samples,
         "mean_us": a.mean_us,
         "median_us": a.median_us,
+        "min_us": a.times_us.first().copied().and_then(finite),
         "p99_us": a.p99_us,
         "us_per_row": a.us_per_row,
         "distinct_pages": a.distinct_pages,

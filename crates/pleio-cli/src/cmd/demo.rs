@@ -363,6 +363,7 @@ fn measure(a: &Args, path: &Path, latency_svg: &Path, ubatch_svg: &Path) -> Resu
         cold: ColdMode::Evict,
         seed: 1,
         limit: true,
+        dtype: pleio::Dtype::F32,
     };
     let (mut report, batch_lists) = {
         let bench = Bench::open(&path, None)

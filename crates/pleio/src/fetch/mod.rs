@@ -1110,6 +1110,68 @@ impl Table {
             .map_err(|e| self.locate(e))
     }
 
+    /// The warm floor's copy-and-decode (`limit-warm` in pleio's lab): output
+    /// row `i` is the stored row `order[i]` of `stored` (stored rows back to
+    /// back, as [`Dtype::Raw`] gathers them), written as a gather into `out`
+    /// would write it, straight from `stored`, one row after another.
+    #[cfg(feature = "internals")]
+    pub fn decode_stored(&self, stored: &[u8], order: &[u32], out: &mut [f32]) -> Result<(), Error> {
+        let o = Out::f32(out, &self.shared.table);
+        self.decode_stored_into(stored, order, o)
+    }
+
+    /// [`Table::decode_stored`] as `dtype` bytes.
+    #[cfg(feature = "internals")]
+    pub fn decode_stored_as(
+        &self,
+        dtype: Dtype,
+        stored: &[u8],
+        order: &[u32],
+        out: &mut [u8],
+    ) -> Result<(), Error> {
+        let got = out.len();
+        let o = Out::bytes(dtype, &self.shared.table, out).ok_or_else(|| {
+            self.locate(GatherError::OutputLength {
+                got,
+                need: usize::MAX,
+                rows: order.len(),
+                row_elems: self.shared.table.row_elems(),
+            })
+        })?;
+        self.decode_stored_into(stored, order, o)
+    }
+
+    #[cfg(feature = "internals")]
+    fn decode_stored_into(&self, stored: &[u8], order: &[u32], mut out: Out<'_>) -> Result<(), Error> {
+        let t = &self.shared.table;
+        let rb = t.row_bytes() as usize;
+        let need = order.len().checked_mul(out.row_len());
+        if need != Some(out.len()) {
+            return Err(self.locate(GatherError::OutputLength {
+                got: out.len(),
+                need: need.unwrap_or(usize::MAX),
+                rows: order.len(),
+                row_elems: t.row_elems(),
+            }));
+        }
+        for (i, &k) in order.iter().enumerate() {
+            let src = (k as usize)
+                .checked_mul(rb)
+                .and_then(|at| stored.get(at..at.checked_add(rb)?))
+                .ok_or_else(|| {
+                    self.locate(GatherError::OutputLength {
+                        got: stored.len(),
+                        need: (k as usize).saturating_add(1).saturating_mul(rb),
+                        rows: order.len(),
+                        row_elems: t.row_elems(),
+                    })
+                })?;
+            out.put(i, src, &self.decoder)
+                .map_err(|e| self.locate(GatherError::from(e)))?;
+        }
+        Ok(())
+    }
+
     fn locate(&self, e: GatherError) -> Error {
         Error::from(e)
             .in_file(self.source_path())
@@ -1310,15 +1372,51 @@ impl Table {
                 res => return res.map_err(|e| fault(r.file, rows, rb, e)),
             }
         }
-        // Several regions, or part of the table is not mapped: row by row
-        // and part by part, to name the row.
-        for (i, (&row, slot)) in rows
-            .iter()
-            .zip(dst.chunks_exact_mut(rb as usize))
+        // Several regions, or part of the table is not mapped: part by part,
+        // to name the row.
+        let mut parts = SCRATCH
+            .with(|c| c.try_borrow_mut().map(|mut s| std::mem::take(&mut s.parts)))
+            .unwrap_or_default();
+        let copied = self.copy_parts(guard, rows, dst, &mut parts, &fault);
+        SCRATCH.with(|c| {
+            if let Ok(mut s) = c.try_borrow_mut() {
+                s.parts = parts;
+            }
+        });
+        copied
+    }
+
+    /// The general case of [`Table::copy_mapped`]: each part of each row
+    /// copied on its own, `parts` the batch's extents (scratch). Every
+    /// part's first lines are prefetched before the first copy, so the
+    /// copies, one call each, do not wait for memory one after another
+    /// (`pleio bench --cold none` on a checkpoint shows it; one region's
+    /// single copy call overlaps its loads by itself, and a prefetch pass
+    /// there only adds its own cost).
+    fn copy_parts(
+        &self,
+        guard: &sys::guard::Scope,
+        rows: &[u64],
+        dst: &mut [u8],
+        parts: &mut Vec<BatchExtent>,
+        fault: &FaultError<'_>,
+    ) -> Result<(), GatherError> {
+        let t = &self.shared.table;
+        let rb = t.row_bytes();
+        t.batch_extents(rows, ExtentOrder::Rows, parts)?;
+        for p in parts.iter() {
+            if let Some(m) = self.mapping_of(p.extent.file) {
+                m.prefetch(p.extent.offset, p.extent.len);
+            }
+        }
+        let per_row = t.parts().max(1);
+        for (i, (slot, row_parts)) in dst
+            .chunks_exact_mut(rb as usize)
+            .zip(parts.chunks_exact(per_row))
             .enumerate()
         {
             let mut at = 0usize;
-            for e in t.extents(row)?.as_slice() {
+            for e in row_parts.iter().map(|p| &p.extent) {
                 let (offset, len) = (e.offset, e.len);
                 let part = &mut slot[at..at + len as usize];
                 at += len as usize;
@@ -1409,6 +1507,10 @@ impl Table {
         Ok(need)
     }
 }
+
+/// Turns a failed copy of rows of a file (its index, the rows, a part's
+/// length) into the gather's error.
+type FaultError<'a> = dyn Fn(usize, &[u64], u64, CopyError) -> GatherError + 'a;
 
 impl From<GatherError> for Error {
     fn from(e: GatherError) -> Error {
