@@ -253,6 +253,26 @@ impl<'a> Out<'a> {
         }
     }
 
+    /// Writes `staged`, the stored bytes of rows `0..` one after another, as
+    /// they are when the output is [`Dtype::Raw`] (one copy for the whole
+    /// batch). False, and nothing written, for any other output or a
+    /// length that does not fit.
+    pub(crate) fn put_raw_rows(&mut self, staged: &[u8]) -> bool {
+        match &mut self.buf {
+            Buf::Bytes {
+                dtype: Dtype::Raw,
+                bytes,
+            } => match bytes.get_mut(..staged.len()) {
+                Some(dst) if staged.len().is_multiple_of(self.row_len.max(1)) => {
+                    dst.copy_from_slice(staged);
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
     /// Writes the row whose stored bytes are `src` into output slot `i`.
     #[inline]
     pub(crate) fn put(

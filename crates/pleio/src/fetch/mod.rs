@@ -1451,6 +1451,7 @@ impl Table {
         let rb = self.shared.table.row_bytes() as usize;
         let rows = staged.chunks_exact(rb);
         match slots {
+            None if out.put_raw_rows(staged) => {}
             None => {
                 for (i, src) in rows.enumerate() {
                     out.put(i, src, &self.decoder)?;
