@@ -285,6 +285,29 @@ def bench(*paths):
     return "\n\n".join(with_footer(p, bench_tables.table(load(p))) for p in paths)
 
 
+def warm_floor(*paths):
+    """Warm `pleio bench --cold none` reports (one per table and dtype) against
+    their warm floor (`limit-warm`): per batch size each strategy's median and
+    fastest gather, and `auto`'s ratios to the floor's."""
+    head = ["table", "dtype", "rows", "fault", "auto", "cached", "limit-warm",
+            "auto / limit-warm (median)", "auto / limit-warm (fastest)"]
+    out = ["Median and fastest gather (us, median / fastest) of each arm.", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    reps = [load(p) for p in paths]
+    for rep in reps:
+        t = rep["table"]
+        name = f"{t['type']} {t['bytes'] / 2**30:.2f} GiB"
+        for rows in sorted({a["rows"] for a in rep["arms"]}):
+            by = {a["strategy"]: a for a in rep["arms"] if a["rows"] == rows and not a["cold"]}
+            cell = lambda s: (f"{by[s]['median_us']:.1f} / {by[s]['min_us']:.1f}" if s in by else "-")
+            fl, auto = by.get("limit-warm"), by.get("auto")
+            ratio = lambda k: f"{auto[k] / fl[k]:.2f}x" if fl and auto and fl[k] else "-"
+            out.append("| " + " | ".join([name, rep.get("dtype", "f32"), str(rows)]
+                                         + [cell(s) for s in ("fault", "auto", "cached", "limit-warm")]
+                                         + [ratio("median_us"), ratio("min_us")]) + " |")
+    return "\n".join(out) + "\n\n" + "\n\n".join(made_by(p, r) for p, r in zip(paths, reps))
+
+
 def replay(path):
     return with_footer(path, replay_table.render(load(path)))
 
@@ -562,7 +585,8 @@ RENDERERS = {"torch": torch_table, "transformers-rss": transformers_rss, "vllm-r
              "cold-path": cold_path, "decode": decode, "ckpt-decode": ckpt_decode, "gather-dtype": gather_dtype,
              "rivals": rivals_table, "rivals-setup": rivals_setup, "rivals-probes": rivals_probes,
              "rivals-rowids": rivals_rowids, "rivals-formats": lambda path: rivals_probes(path, "formats"),
-             "engine-rss": engine_rss, "llama-speed": llama_speed}
+             "engine-rss": engine_rss, "llama-speed": llama_speed,
+             "warm-floor": warm_floor}
 
 
 def run(cmd):
