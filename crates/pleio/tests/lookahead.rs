@@ -87,7 +87,11 @@ fn completion_reads_nothing_from_a_cold_file() {
         let mine = thread_read_bytes().unwrap() - mine;
         let process = ProcSample::now().since(&process);
         assert_eq!(bits(&out), want, "{s}");
-        assert_eq!(mine, 0, "{s}: the completing thread read");
+        // A completion that read the table would read most of 2000 rows'
+        // pages; a page or two is this thread faulting in a page of its own
+        // code or libc that memory pressure evicted (seen once, 4096 B,
+        // under a loaded machine's parallel builds).
+        assert!(mine <= 16 << 10, "{s}: the completing thread read {mine} B");
         assert!(
             process.read_bytes.unwrap() > 0,
             "{s}: nothing was read from the evicted file"
