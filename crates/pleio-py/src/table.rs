@@ -117,8 +117,10 @@ impl Table {
 /// tensor ``tensor`` of a GGUF file.
 ///
 /// ``strategy`` picks how rows are read: "auto" (default), "fault",
-/// "advise", "pread", "uring", "uring-direct", "pool" or "cached" (a row
-/// cache of ``budget`` bytes, default the library's 256 MiB); every strategy
+/// "advise", "pread", "uring", "uring-direct", "pool", "cached" (a row
+/// cache of ``budget`` bytes, default the library's 256 MiB) or "shared"
+/// (one row cache per machine in shared memory, created with ``budget``
+/// bytes by the first process that opens the table); every strategy
 /// gives the same bytes. ``layer`` opens the PLE table of decoder layer ``layer``
 /// (0-based, ``model.model.layers[layer]``; default: the first PLE layer).
 /// ``rounding`` is the rule of 16-bit outputs: "exact" (default), "vllm"

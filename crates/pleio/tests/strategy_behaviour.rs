@@ -26,7 +26,7 @@ fn direct_strategies_say_which_backend_read() {
         // `cached` fills its cache through O_DIRECT io_uring. Only a
         // fallback may name another backend.
         let expect = match s {
-            Strategy::Cached => "uring-direct",
+            Strategy::Cached | Strategy::Shared => "uring-direct",
             s => s.name(),
         };
         assert!(backend == expect || st.fallback, "{s}: {st:?}");

@@ -18,7 +18,7 @@ DtypeLike = Union[
     np.dtype[Any],
     type,
 ]
-Strategy = Literal["auto", "fault", "advise", "pread", "uring", "uring-direct", "pool", "cached"]
+Strategy = Literal["auto", "fault", "advise", "pread", "uring", "uring-direct", "pool", "cached", "shared"]
 Rounding = Literal["exact", "vllm", "sglang", "mlx"]
 
 class Error(Exception):
@@ -60,7 +60,8 @@ def open(
     checkpoint (decoder layer `layer`'s, 0-based; default the first PLE
     layer), or the 2-D tensor `tensor` of a GGUF file; `rounding` is the
     rule of 16-bit outputs; `budget` the bytes of the "cached" strategy's
-    row cache (default 256 MiB)."""
+    row cache, or of the "shared" machine-wide one if this process creates
+    it (default 256 MiB)."""
 
 def row_ids(table: Table, tokens: IntsLike) -> npt.NDArray[np.int64]:
     """Row ids of `tokens` as one fresh sequence: shape (len(tokens), rows_per_token)."""
