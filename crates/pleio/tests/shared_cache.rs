@@ -319,3 +319,39 @@ fn the_segment_is_removed_when_the_last_process_detaches() {
     drop((b, sb));
     assert!(!p.exists());
 }
+
+#[test]
+fn the_segment_gives_access_only_to_readers_of_the_table() {
+    need_shm!();
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let fx = Fixture::qwen(1_000, 36);
+    let path = fx.file.path();
+    for (table_mode, want) in [
+        (0o600, 0o600),
+        (0o640, 0o660),
+        (0o604, 0o606),
+        (0o444, 0o666),
+    ] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(table_mode)).unwrap();
+        let t = open(path, Strategy::Shared);
+        assert_eq!(raw(&t, &[1, 2]), raw(&open(path, Strategy::Pread), &[1, 2]));
+        let seg = t.shared_segment().unwrap();
+        let m = std::fs::metadata(seg.path()).unwrap();
+        let tm = std::fs::metadata(path).unwrap();
+        assert_eq!(m.mode() & 0o777, want, "table {table_mode:o}");
+        assert_eq!(m.gid(), tm.gid(), "the table's group");
+        if m.uid() != tm.uid() {
+            // Not root: the owner is the creator, and no one else gains access.
+            assert_eq!(m.uid(), my_uid());
+        }
+        // The mode is set at creation: the next mode needs a new segment.
+        seg.remove().unwrap();
+    }
+}
+
+/// This process's uid, from a file it just made.
+fn my_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    let f = tempfile::NamedTempFile::new().unwrap();
+    f.as_file().metadata().unwrap().uid()
+}

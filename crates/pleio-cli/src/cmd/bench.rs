@@ -52,10 +52,11 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "fault,advise,pread,uring,uring-direct,pool,auto,cached"
+        default_value = "fault,advise,pread,uring,uring-direct,pool,auto,cached,shared"
     )]
     strategies: Vec<Strategy>,
-    /// Row cache budget of the `cached` strategy (e.g. 256M; the library's
+    /// Row cache budget of the `cached` strategy, and of the `shared` one
+    /// if this process creates it (e.g. 256M; the library's
     /// default when absent).
     #[arg(long, value_name = "SIZE", value_parser = pleio_lab::units::parse_quantity_arg)]
     budget: Option<u64>,

@@ -863,6 +863,16 @@ impl Segment {
             .is_ok()
     }
 
+    /// Empties every ready slot (benchmarks' cold runs; `pleio cache`).
+    /// Slots being filled are left to their writers.
+    pub fn clear(&self) {
+        for s in 0..self.slots() {
+            if self.slot(s, 2).load(Ordering::Acquire) == READY && self.claim(s, READY, u64::MAX) {
+                self.abandon(s);
+            }
+        }
+    }
+
     /// Gives back a claimed `slot` without a row.
     pub fn abandon(&self, slot: usize) {
         let st = self.slot(slot, 2);

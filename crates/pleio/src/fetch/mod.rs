@@ -830,13 +830,15 @@ impl Table {
         self.cache.made().is_some_and(|c| c.cache.contains(row))
     }
 
-    /// Empties the row cache (its memory stays allocated for reuse): the
-    /// next [`Strategy::Cached`] gathers start cold.
+    /// Empties the row cache (its memory stays allocated for reuse), and
+    /// the machine-wide one if this handle attached it: the next
+    /// [`Strategy::Cached`] and [`Strategy::Shared`] gathers start cold.
     #[cfg_attr(feature = "internals", visibility::make(pub))]
     pub(crate) fn clear_cache(&self) {
         if let Some(c) = self.cache.made() {
             c.cache.clear();
         }
+        self.clear_shared();
     }
 
     /// Forgets which pages `auto` believes resident, so its next gathers

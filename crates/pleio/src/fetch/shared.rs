@@ -38,6 +38,9 @@ const STAGING: usize = 4 << 20;
 #[derive(Default)]
 pub(super) struct SharedCell {
     reader: OnceLock<Result<Arc<SharedReader>, String>>,
+    /// Keep the segment when the last process detaches (set by
+    /// [`Table::keep_shared_cache`]; else `PLEIO_SHARED_KEEP=1`).
+    keep: std::sync::atomic::AtomicBool,
 }
 
 /// The reader of the misses, staging, and the segment attached to.
@@ -71,6 +74,28 @@ impl Table {
             .as_ref()
             .map(|c| &**c)
             .map_err(setup)
+    }
+
+    /// Keeps the machine-wide cache's segment when the last process
+    /// detaches (`pleio warm --strategy shared`); call before the first
+    /// gather.
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn keep_shared_cache(&self) {
+        self.cache
+            .shared
+            .keep
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Empties the machine-wide cache's segment, if this handle attached
+    /// one (every process sharing it starts cold).
+    pub(super) fn clear_shared(&self) {
+        if let Some(Ok(sr)) = self.cache.shared.reader.get() {
+            let seg = sr.seg.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(s) = seg.as_ref() {
+                s.clear();
+            }
+        }
     }
 
     /// The segment this handle's gathers use now (attached on first use).
@@ -165,7 +190,8 @@ impl SharedReader {
             t.source_path().display(),
             layout.name()
         );
-        let keep = std::env::var_os("PLEIO_SHARED_KEEP").is_some_and(|v| v != "0");
+        let keep = t.cache.shared.keep.load(std::sync::atomic::Ordering::Relaxed)
+            || std::env::var_os("PLEIO_SHARED_KEEP").is_some_and(|v| v != "0");
         Segment::attach(
             &segment::shm_dir(),
             &id,
