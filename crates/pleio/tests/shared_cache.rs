@@ -19,7 +19,9 @@ use pleio::{OpenOptions, Strategy, Table};
 const CHILD_PATH: &str = "PLEIO_SHARED_TEST_PATH";
 /// Set in a child: its seed.
 const CHILD_SEED: &str = "PLEIO_SHARED_TEST_SEED";
-/// Set in a child: what to do ("gather", "loop", "claim").
+/// Set in a child: the file whose existence says "go" (role "once").
+const CHILD_GO: &str = "PLEIO_SHARED_TEST_GO";
+/// Set in a child: what to do ("gather", "loop", "once", "claim").
 const CHILD_ROLE: &str = "PLEIO_SHARED_TEST_ROLE";
 
 const BUDGET: u64 = 1 << 20;
@@ -84,6 +86,15 @@ fn child() -> bool {
             let rows = batch(&mut rng, n);
             assert_eq!(raw(&shared, &rows), raw(&pread, &rows), "seed {seed}");
         },
+        "once" => {
+            // Waits for the parent's go, then gathers the common batch.
+            let go = std::env::var_os(CHILD_GO).unwrap();
+            while !Path::new(&go).exists() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let rows: Vec<u64> = (0..1792).map(|k| k * 11 % n).collect();
+            assert_eq!(raw(&shared, &rows), raw(&pread, &rows));
+        }
         "claim" => {
             // Claims a slot and dies without filling it.
             let seg = shared.shared_segment().unwrap();
@@ -102,7 +113,12 @@ fn child() -> bool {
 }
 
 fn spawn(test: &str, path: &Path, seed: u64, role: &str) -> Child {
+    spawn_with(test, path, seed, role, Path::new(""))
+}
+
+fn spawn_with(test: &str, path: &Path, seed: u64, role: &str, go: &Path) -> Child {
     Command::new(std::env::current_exe().unwrap())
+        .env(CHILD_GO, go)
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(CHILD_PATH, path)
         .env(CHILD_SEED, seed.to_string())
@@ -354,4 +370,43 @@ fn my_uid() -> u32 {
     use std::os::unix::fs::MetadataExt;
     let f = tempfile::NamedTempFile::new().unwrap();
     f.as_file().metadata().unwrap().uid()
+}
+
+#[test]
+fn four_processes_missing_the_same_rows_read_each_once() {
+    const NAME: &str = "four_processes_missing_the_same_rows_read_each_once";
+    need_shm!();
+    if child() {
+        return;
+    }
+    let fx = Fixture::qwen(50_000, 37);
+    let path = fx.file.path();
+    // A budget that holds the batch whole: nothing evicted, nothing uncached.
+    let shared = OpenOptions::new()
+        .strategy(Strategy::Shared)
+        .cache_budget(64 << 20)
+        .open(path)
+        .unwrap();
+    let seg = shared.shared_segment().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let kids: Vec<Child> = (0..4)
+        .map(|k| spawn_with(NAME, path, k, "once", &go))
+        .collect();
+    std::fs::write(&go, b"").unwrap();
+    for c in kids {
+        wait_ok(c);
+    }
+    let mut distinct: Vec<u64> = (0..1792).map(|k| k * 11 % 50_000).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let st = seg.stats();
+    // Each row read from the device once machine-wide; the other three
+    // processes found it there or waited for it.
+    assert_eq!(
+        (st.misses, st.uncached),
+        (distinct.len() as u64, 0),
+        "{st:?}"
+    );
+    assert_eq!(st.hits, 3 * distinct.len() as u64, "{st:?}");
 }

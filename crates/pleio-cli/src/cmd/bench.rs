@@ -391,7 +391,7 @@ fn print_arm(o: &mut String, a: &Arm) {
     } else {
         a.strategy.to_string()
     };
-    let cache = if a.strategy == "cached" {
+    let cache = if a.strategy == "cached" || a.strategy == "shared" {
         format!(
             "{:.0}/{:.0}/{:.0}",
             a.cache_hits, a.cache_misses, a.cache_evictions

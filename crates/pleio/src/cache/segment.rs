@@ -680,11 +680,21 @@ impl Segment {
         &self.map.words()[at..at + self.geo.stride_words]
     }
 
-    /// Copies `slot`'s payload to `dst` (relaxed loads).
+    /// Copies `slot`'s payload to `dst` (relaxed loads; whole words first,
+    /// so the copies have a constant length).
     fn copy_out(&self, slot: usize, dst: &mut [u8]) {
-        for (w, d) in self.payload(slot).iter().zip(dst.chunks_mut(8)) {
-            let b = w.load(Ordering::Relaxed).to_le_bytes();
-            d.copy_from_slice(&b[..d.len()]);
+        let words = self.payload(slot);
+        let at = dst.len() / 8;
+        let mut full = dst.chunks_exact_mut(8);
+        for (w, d) in words.iter().zip(&mut full) {
+            d.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        let tail = full.into_remainder();
+        if !tail.is_empty() {
+            if let Some(w) = words.get(at) {
+                let b = w.load(Ordering::Relaxed).to_le_bytes();
+                tail.copy_from_slice(&b[..tail.len()]);
+            }
         }
     }
 
@@ -714,6 +724,19 @@ impl Segment {
             }
         }
         None
+    }
+
+    /// Brings the first slot of each row's set (and its payload) into the
+    /// CPU cache ahead of the probes: independent loads the CPU overlaps,
+    /// where the probes one by one would each wait for memory.
+    pub fn prefetch(&self, rows: impl Iterator<Item = u64>) {
+        let mut sink = 0u64;
+        for row in rows {
+            let s = set_of(row, self.geo.sets) * WAYS;
+            sink ^= self.slot(s, 1).load(Ordering::Relaxed);
+            sink ^= self.payload(s)[0].load(Ordering::Relaxed);
+        }
+        std::hint::black_box(sink);
     }
 
     /// Looks `row` up without any lock or system call.

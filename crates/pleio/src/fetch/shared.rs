@@ -218,6 +218,7 @@ impl SharedReader {
         let (reqs0, bytes0) = (stats.read_requests, stats.read_bytes);
         let mut d = SegmentStats::default();
         let mut claims = Claims::new(seg);
+        seg.prefetch(groups.iter().map(|g| g.row));
         let mut claimed = Vec::new();
         let mut waits = Vec::new();
         let mut private = Vec::new();
