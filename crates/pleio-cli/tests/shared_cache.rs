@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{disk_dir, ok, p};
+use common::{disk_dir, ok, ok_as_nobody, p};
 use serde_json::Value as Json;
 
 /// Runs `pleio` with segments in `shm`, kept when it exits.
@@ -138,4 +138,71 @@ fn cache_ls_stats_and_rm_follow_a_kept_segment() {
         "{ls}"
     );
     run(shm.path(), &["cache", "rm"]);
+}
+
+#[test]
+fn only_readers_of_the_table_may_attach() {
+    use std::os::unix::fs::PermissionsExt;
+    if pleio::sys::NOOP {
+        pleio_testkit::skip!("no shared memory in this build");
+    }
+    if !nix_root() {
+        pleio_testkit::skip!("needs root, to run pleio as nobody");
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_pleio"));
+    // Directories nobody may traverse; the segments' directory as /dev/shm
+    // is (sticky, world-writable).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let shm = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(shm.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let f = dir.path().join("q.gguf");
+    ok(&["synth", "--rows", "5000", "--seed", "7", "-o", p(&f)]);
+    let f = p(&f);
+    let env = [
+        ("PLEIO_SHM_DIR", shm.path()),
+        ("PLEIO_SHARED_KEEP", Path::new("1")),
+    ];
+    let gather = [
+        "gather",
+        f,
+        "--rows",
+        "1,2,3",
+        "--strategy",
+        "shared",
+        "--json",
+        "--stats",
+        "-o",
+        "/dev/null",
+    ];
+    // A table others may read: root's segment is theirs to use too.
+    std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    run(shm.path(), &gather);
+    let j: Json = serde_json::from_str(&ok_as_nobody(bin, &gather, &env)).unwrap();
+    assert_eq!(j["cache_hits"].as_u64(), Some(3), "{j}");
+    run(shm.path(), &["cache", "rm"]);
+    // A table only root may read: root's segment is root's alone.
+    std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    run(shm.path(), &gather);
+    let ls: Json = serde_json::from_str(&run(shm.path(), &["cache", "ls", "--json"])).unwrap();
+    let seg = ls["segments"][0]["path"].as_str().unwrap().to_string();
+    let mode = std::fs::metadata(&seg).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let out = common::as_nobody(bin, &["cache", "stats", &seg], &env);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&seg) && err.contains("ermission denied"),
+        "{err}"
+    );
+    let out = common::as_nobody(bin, &gather, &env);
+    assert!(!out.status.success(), "nobody cannot read the table at all");
+    run(shm.path(), &["cache", "rm"]);
+}
+
+/// True when running as root.
+fn nix_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let f = tempfile::NamedTempFile::new().unwrap();
+    f.as_file().metadata().unwrap().uid() == 0
 }
