@@ -410,3 +410,37 @@ fn four_processes_missing_the_same_rows_read_each_once() {
     );
     assert_eq!(st.hits, 3 * distinct.len() as u64, "{st:?}");
 }
+
+#[test]
+fn a_truncated_table_is_an_error_never_old_rows() {
+    need_shm!();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.gguf");
+    let spec = pleio_lab::synth::SynthSpec::qwen(pleio::quant::GgmlType::IQ4_NL, 4_000, 3);
+    spec.write(std::fs::File::create(&path).unwrap(), &mut |_| {})
+        .unwrap();
+    let shared = open(&path, Strategy::Shared);
+    let rows: Vec<u64> = (0..4000).step_by(7).collect();
+    let before = raw(&shared, &rows);
+    let seg1 = shared.shared_segment().unwrap().path().to_path_buf();
+    // Cut the file in the middle of the table: its last rows are gone.
+    let len = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len - 100 * shared.row_bytes())
+        .unwrap();
+    let mut out = vec![0u8; rows.len() * shared.row_bytes() as usize];
+    let e = shared
+        .gather_as(pleio::Dtype::Raw, &rows, &mut out)
+        .unwrap_err();
+    assert!(out.iter().all(|&b| b == 0), "the output is untouched");
+    assert!(e.to_string().contains("t.gguf"), "{e}");
+    // Rows still in the file come from the file as it is now, through a new
+    // segment (the old one held the whole table's rows).
+    let head: Vec<u64> = (0..3000).step_by(7).collect();
+    let n = head.len() * shared.row_bytes() as usize;
+    assert_eq!(raw(&shared, &head), before[..n].to_vec());
+    assert_ne!(shared.shared_segment().unwrap().path(), seg1);
+}
