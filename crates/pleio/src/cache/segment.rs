@@ -74,7 +74,7 @@ const FILL_WAIT: Duration = Duration::from_secs(5);
 /// How long a set's claim lock is waited for before it is taken anyway
 /// (it only keeps two processes from reading the same row; the slots stay
 /// exclusive by their own state words).
-const LOCK_WAIT: Duration = Duration::from_millis(200);
+const LOCK_WAIT: Duration = Duration::from_secs(1);
 /// Seqlock retries of one hit before it counts as a miss.
 const READ_TRIES: usize = 16;
 
