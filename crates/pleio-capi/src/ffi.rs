@@ -438,9 +438,11 @@ pub unsafe extern "C" fn pleio_open(
 }
 
 /// `pleio_open` with a gather strategy: "auto" (the default, also for
-/// NULL), "fault", "advise", "pread", "uring", "uring-direct", "pool" or
+/// NULL), "fault", "advise", "pread", "uring", "uring-direct", "pool",
 /// "cached" (a row cache of the library's default budget, 256 MiB; see
-/// docs/strategies.md). An unknown name is `PLEIO_ERR_ARGUMENT`.
+/// docs/strategies.md) or "shared" (one such cache per machine, shared by
+/// every process serving the table; see docs/cache.md). An unknown name is
+/// `PLEIO_ERR_ARGUMENT`.
 ///
 /// # Safety
 /// As `pleio_open`; a non-NULL `strategy_or_null` must be a NUL-terminated

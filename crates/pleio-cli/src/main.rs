@@ -40,6 +40,8 @@ enum Command {
     CacheSim(cmd::cache_sim::Args),
     /// Read a profile's hottest rows into the row cache or the page cache ahead of use.
     Warm(cmd::warm::Args),
+    /// List, inspect or remove the machine-wide row caches (strategy `shared`).
+    Cache(cmd::cache::Args),
 }
 
 fn main() {
@@ -130,6 +132,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(a) => cmd::bench::run(a),
         Command::CacheSim(a) => cmd::cache_sim::run(a),
         Command::Warm(a) => cmd::warm::run(a),
+        Command::Cache(a) => cmd::cache::run(a),
     }
 }
 

@@ -17,39 +17,11 @@
 mod common;
 
 use std::os::unix::fs::{chown, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-use common::{ok, p};
+use common::{ok, ok_as_nobody, p, NOBODY};
 use pleio_testkit::skip;
 use serde_json::Value;
-
-/// `nobody` on Debian-like systems.
-const NOBODY: u32 = 65534;
-
-/// Runs `bin args` as `nobody` (supplementary groups dropped), from `/`.
-fn as_nobody(bin: &Path, args: &[&str]) -> Output {
-    Command::new(bin)
-        .args(args)
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .current_dir("/")
-        .output()
-        .unwrap()
-}
-
-/// Like [`as_nobody`], requiring success; returns stdout.
-fn ok_as_nobody(bin: &Path, args: &[&str]) -> String {
-    let out = as_nobody(bin, args);
-    assert!(
-        out.status.success(),
-        "pleio {args:?} as nobody: {:?}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// A directory on a disk file system (eviction does nothing on tmpfs)
 /// every ancestor of which others may traverse, if there is one.
@@ -120,7 +92,7 @@ fn auto_residency_and_bench_tell_the_truth_to_a_reader_who_does_not_own_the_tabl
     }
 
     // residency: read probes, about 0% (mincore would say 100%).
-    let cold = json(&ok_as_nobody(&bin, &["residency", "--json", fs]));
+    let cold = json(&ok_as_nobody(&bin, &["residency", "--json", fs], &[]));
     assert_ne!(cold["method"], "mincore", "{cold}");
     assert!(cold["probed_pages"].as_u64().unwrap() > 0, "{cold}");
     assert!(cold["resident_fraction"].as_f64().unwrap() < 0.05, "{cold}");
@@ -148,7 +120,10 @@ fn auto_residency_and_bench_tell_the_truth_to_a_reader_who_does_not_own_the_tabl
             "-o",
             p(&o),
         ];
-        (json(&ok_as_nobody(&bin, &args)), std::fs::read(&o).unwrap())
+        (
+            json(&ok_as_nobody(&bin, &args, &[])),
+            std::fs::read(&o).unwrap(),
+        )
     };
     let (first, got) = gather("auto", "auto1.f32");
     assert_eq!(first["cold_rows"], 64, "{first}");
@@ -179,7 +154,7 @@ fn auto_residency_and_bench_tell_the_truth_to_a_reader_who_does_not_own_the_tabl
         "--json",
         p(&report),
     ];
-    ok_as_nobody(&bin, &args);
+    ok_as_nobody(&bin, &args, &[]);
     let b = json(&std::fs::read_to_string(&report).unwrap());
     assert_eq!(b["residency_costs"]["method"], cold["method"], "{b}");
     let arms = b["arms"].as_array().unwrap();

@@ -117,8 +117,12 @@ impl Table {
 /// tensor ``tensor`` of a GGUF file.
 ///
 /// ``strategy`` picks how rows are read: "auto" (default), "fault",
-/// "advise", "pread", "uring", "uring-direct", "pool" or "cached" (a row
-/// cache of ``budget`` bytes, default the library's 256 MiB); every strategy
+/// "advise", "pread", "uring", "uring-direct", "pool", "cached" (a row
+/// cache of ``budget`` bytes, default the library's 256 MiB) or "shared"
+/// (one row cache per machine in shared memory, created with ``budget``
+/// bytes by the first process that opens the table); ``cache="private"``
+/// or ``cache="shared"`` is the same as ``strategy="cached"`` or
+/// ``"shared"``; every strategy
 /// gives the same bytes. ``layer`` opens the PLE table of decoder layer ``layer``
 /// (0-based, ``model.model.layers[layer]``; default: the first PLE layer).
 /// ``rounding`` is the rule of 16-bit outputs: "exact" (default), "vllm"
@@ -128,7 +132,8 @@ impl Table {
 /// file and :class:`pleio.InvalidFileError` (a ``ValueError``) for a file,
 /// tensor, layer or rule pleio cannot use.
 #[pyfunction]
-#[pyo3(signature = (path, tensor=None, strategy="auto", layer=None, rounding=None, budget=None))]
+#[pyo3(signature = (path, tensor=None, strategy="auto", layer=None, rounding=None, budget=None, cache=None))]
+#[allow(clippy::too_many_arguments)]
 pub fn open(
     py: Python<'_>,
     path: PathBuf,
@@ -137,9 +142,27 @@ pub fn open(
     layer: Option<u64>,
     rounding: Option<&str>,
     budget: Option<u64>,
+    cache: Option<&str>,
 ) -> PyResult<Table> {
     errors::guard(py, || {
-        let strategy: Strategy = strategy.parse().map_err(PyValueError::new_err)?;
+        let mut strategy: Strategy = strategy.parse().map_err(PyValueError::new_err)?;
+        if let Some(c) = cache {
+            let by_cache = match c {
+                "private" => Strategy::Cached,
+                "shared" => Strategy::Shared,
+                _ => {
+                    return Err(PyValueError::new_err(format!(
+                        "unknown cache {c:?} (known: private, shared)"
+                    )))
+                }
+            };
+            if strategy != Strategy::Auto && strategy != by_cache {
+                return Err(PyValueError::new_err(format!(
+                    "cache={c:?} is strategy {by_cache}, but strategy={strategy} was given"
+                )));
+            }
+            strategy = by_cache;
+        }
         let rounding: Rounding = rounding
             .unwrap_or("exact")
             .parse()

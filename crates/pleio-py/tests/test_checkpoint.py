@@ -10,7 +10,7 @@ import pytest
 import pleio
 from conftest import cli
 
-STRATEGIES = ["fault", "advise", "pread", "uring", "uring-direct", "pool", "auto", "cached"]
+STRATEGIES = ["fault", "advise", "pread", "uring", "uring-direct", "pool", "auto", "cached", "shared"]
 
 
 @pytest.fixture(scope="module")

@@ -115,6 +115,20 @@ def test_cached_budget(q, ids):
         pleio.open(q.path, strategy="cached", budget=1)
 
 
+def test_shared_cache(q, ids):
+    ref = pleio.open(q.path).gather(ids)
+    a = pleio.open(q.path, cache="shared", budget=1 << 20)
+    b = pleio.open(q.path, strategy="shared")
+    assert a.strategy == "shared"
+    assert pleio.open(q.path, cache="private").strategy == "cached"
+    for t in (a, b, a):  # b attaches to the segment a made
+        assert np.array_equal(t.gather(ids).view(np.uint32), ref.view(np.uint32))
+    with pytest.raises(ValueError, match="cache"):
+        pleio.open(q.path, cache="bogus")
+    with pytest.raises(ValueError, match="cache"):
+        pleio.open(q.path, cache="shared", strategy="pread")
+
+
 def test_ids_in_every_form(q, ids):
     t = pleio.open(q.path)
     ref = t.gather(ids)

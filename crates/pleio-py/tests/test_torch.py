@@ -18,7 +18,7 @@ from conftest import cli  # noqa: E402
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.uint8]
 NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16", torch.uint8: "raw"}
-STRATEGIES = ["fault", "advise", "pread", "uring", "uring-direct", "pool", "auto", "cached"]
+STRATEGIES = ["fault", "advise", "pread", "uring", "uring-direct", "pool", "auto", "cached", "shared"]
 
 
 def np_bytes(a) -> bytes:

@@ -55,10 +55,11 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "fault,advise,pread,uring,uring-direct,pool,auto,cached"
+        default_value = "fault,advise,pread,uring,uring-direct,pool,auto,cached,shared"
     )]
     strategies: Vec<Strategy>,
-    /// Row cache budget of the `cached` strategy (e.g. 256M; the library's
+    /// Row cache budget of the `cached` strategy, and of the `shared` one
+    /// if this process creates it (e.g. 256M; the library's
     /// default when absent).
     #[arg(long, value_name = "SIZE", value_parser = pleio_lab::units::parse_quantity_arg)]
     budget: Option<u64>,
@@ -408,7 +409,7 @@ fn print_arm(o: &mut String, a: &Arm) {
     } else {
         a.strategy.to_string()
     };
-    let cache = if a.strategy == "cached" {
+    let cache = if a.strategy == "cached" || a.strategy == "shared" {
         format!(
             "{:.0}/{:.0}/{:.0}",
             a.cache_hits, a.cache_misses, a.cache_evictions

@@ -86,7 +86,8 @@ pub struct Args {
     /// How row bytes are brought in.
     #[arg(long, default_value = "auto")]
     strategy: Strategy,
-    /// Row cache budget of the `cached` strategy (e.g. 256M).
+    /// Row cache budget of the `cached` strategy, or of the machine-wide
+    /// cache `shared` creates if none exists yet (e.g. 256M).
     #[arg(long, value_name = "SIZE", value_parser = pleio_lab::units::parse_quantity_arg)]
     budget: Option<u64>,
     /// Eviction policy of the row cache (lru, clock, sieve, s3-fifo).
@@ -248,7 +249,7 @@ fn stats_text(a: &Args, reader: &Table, stats: &GatherStats, chunks: usize) -> S
             "cache_misses": stats.cache_misses,
             "cache_evictions": stats.cache_evictions,
             "cache_bytes": stats.cache_bytes,
-            "cache_budget": (a.strategy == Strategy::Cached).then(|| reader.cache_budget()),
+            "cache_budget": matches!(a.strategy, Strategy::Cached | Strategy::Shared).then(|| reader.cache_budget()),
             "output": a.output.display().to_string(),
         });
         return format!("{j}\n");
@@ -288,7 +289,7 @@ fn stats_text(a: &Args, reader: &Table, stats: &GatherStats, chunks: usize) -> S
     if stats.rearmed {
         lines.push("  rearmed          yes (auto found pages evicted behind its back)".into());
     }
-    if a.strategy == Strategy::Cached {
+    if matches!(a.strategy, Strategy::Cached | Strategy::Shared) {
         lines.push(format!(
             "  row cache        {} hits, {} misses (read from the device), {} evictions, {} of {} budget held",
             stats.cache_hits,

@@ -1,6 +1,7 @@
 //! One module per subcommand, each with its `Args` and `run`.
 
 pub mod bench;
+pub mod cache;
 pub mod cache_sim;
 pub mod demo;
 pub mod gather;

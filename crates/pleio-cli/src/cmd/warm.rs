@@ -21,7 +21,10 @@ use crate::output::{human_bytes, step_progress, InFile};
 /// For `--strategy cached` the rows fill a row cache of `--budget` bytes.
 /// That cache lives in this process only, so here it measures what a
 /// prewarm costs and covers; an engine calls `Table::prewarm` at startup
-/// on the handle it serves from. For every other strategy (default `auto`)
+/// on the handle it serves from. For `--strategy shared` the rows fill the
+/// machine-wide row cache (created with `--budget` bytes if there is none),
+/// which is kept when this process exits, for the engine processes to
+/// attach to. For every other strategy (default `auto`)
 /// the rows' pages are read into the page cache, where later processes
 /// find them. `--held-out-text` / `--held-out-rows` report the share of
 /// another stream's row ids the warm set covers.
@@ -96,6 +99,12 @@ pub fn run(a: Args) -> Result<()> {
         if let Some(p) = a.cache_policy {
             table = table.with_cache_policy(p);
         }
+    }
+    if a.strategy == Strategy::Shared {
+        // The machine-wide cache, created with this budget if new, and
+        // kept after this process exits: later processes find the rows.
+        table = table.with_budget(a.budget)?;
+        table.keep_shared_cache();
     }
     let mapper = || table.row_ids();
     let profile = match &a.from_rows {

@@ -18,7 +18,7 @@ DtypeLike = Union[
     np.dtype[Any],
     type,
 ]
-Strategy = Literal["auto", "fault", "advise", "pread", "uring", "uring-direct", "pool", "cached"]
+Strategy = Literal["auto", "fault", "advise", "pread", "uring", "uring-direct", "pool", "cached", "shared"]
 Rounding = Literal["exact", "vllm", "sglang", "mlx"]
 
 class Error(Exception):
@@ -55,12 +55,15 @@ def open(
     layer: Optional[int] = None,
     rounding: Optional[Rounding] = None,
     budget: Optional[int] = None,
+    cache: Optional[Literal["private", "shared"]] = None,
 ) -> Table:
     """Opens the per-layer-embedding table of a GGUF file or safetensors
     checkpoint (decoder layer `layer`'s, 0-based; default the first PLE
     layer), or the 2-D tensor `tensor` of a GGUF file; `rounding` is the
     rule of 16-bit outputs; `budget` the bytes of the "cached" strategy's
-    row cache (default 256 MiB)."""
+    row cache, or of the "shared" machine-wide one if this process creates
+    it (default 256 MiB); `cache="private"` / `cache="shared"` is
+    `strategy="cached"` / `strategy="shared"`."""
 
 def row_ids(table: Table, tokens: IntsLike) -> npt.NDArray[np.int64]:
     """Row ids of `tokens` as one fresh sequence: shape (len(tokens), rows_per_token)."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from . import Error
 from . import open as _open
 
-STRATEGIES = ("auto", "fault", "advise", "pread", "uring", "uring-direct", "pool", "cached")
+STRATEGIES = ("auto", "fault", "advise", "pread", "uring", "uring-direct", "pool", "cached", "shared")
 KEYS = frozenset({"path", "strategy", "budget"})
 LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 

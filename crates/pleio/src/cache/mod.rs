@@ -21,6 +21,7 @@
 
 mod index;
 mod policy;
+pub mod segment;
 mod slots;
 
 use crate::sys::Zeroed;
@@ -475,7 +476,7 @@ impl RowCache {
 }
 
 /// A fixed number of aligned staging buffers, made on first use.
-struct StagingPool {
+pub(crate) struct StagingPool {
     bytes: usize,
     align: usize,
     state: Mutex<PoolState>,
@@ -488,7 +489,7 @@ struct PoolState {
 }
 
 impl StagingPool {
-    fn new(bytes: usize, align: usize) -> StagingPool {
+    pub(crate) fn new(bytes: usize, align: usize) -> StagingPool {
         StagingPool {
             bytes,
             align,
@@ -500,7 +501,7 @@ impl StagingPool {
         }
     }
 
-    fn take(&self) -> Staging<'_> {
+    pub(crate) fn take(&self) -> Staging<'_> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(buf) = st.idle.pop() {

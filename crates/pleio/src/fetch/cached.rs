@@ -57,6 +57,8 @@ pub(super) struct CacheCell {
     pub(super) budget: u64,
     pub(super) policy: CachePolicy,
     cache: OnceLock<Result<Arc<CachedReader>, String>>,
+    /// The machine-wide cache's reader (strategy `shared`), same budget.
+    pub(super) shared: super::shared::SharedCell,
 }
 
 impl CacheCell {
@@ -65,6 +67,7 @@ impl CacheCell {
             budget,
             policy,
             cache: OnceLock::new(),
+            shared: super::shared::SharedCell::default(),
         }
     }
 
@@ -77,8 +80,17 @@ impl CacheCell {
 /// A row cache and the reader that fills it.
 pub(super) struct CachedReader {
     pub(super) cache: RowCache,
-    /// Reads the misses: `O_DIRECT` io_uring over every file the table's
-    /// rows are in, or a buffered reader standing in (flagged).
+    /// Reads the misses.
+    miss: MissReader,
+}
+
+/// What a row cache's misses are read with (`cached` and `shared`): one
+/// `O_DIRECT` io_uring over every file the table's rows are in, or a
+/// buffered reader standing in (flagged), the chunk planning over the
+/// coalescer's block mode, and the files' stamps at the last gather.
+pub(super) struct MissReader {
+    /// The strategy, named in errors.
+    backend: &'static str,
     reader: Picked,
     /// Alignment of every read (a multiple of each file's `O_DIRECT`
     /// alignment; 1 when buffered).
@@ -111,29 +123,103 @@ impl Stamp {
     }
 }
 
+/// A cache whose claims can be given back (the private row cache: by row;
+/// the shared segment: by slot).
+pub(super) trait Claimer {
+    /// What names a claim.
+    type Key: Copy;
+    /// Gives a claim back unfilled.
+    fn abandon(&self, key: Self::Key);
+}
+
+impl Claimer for RowCache {
+    type Key = u64;
+    fn abandon(&self, row: u64) {
+        RowCache::abandon(self, row);
+    }
+}
+
 /// Claims a gather holds: on an early return every claim not yet filled
 /// is abandoned, so other gathers waiting for those rows read them
 /// themselves instead of waiting forever.
-struct Claims<'a> {
-    cache: &'a RowCache,
-    rows: Vec<u64>,
-    filled: usize,
+pub(super) struct Claims<'a, C: Claimer> {
+    pub(super) cache: &'a C,
+    pub(super) keys: Vec<C::Key>,
+    pub(super) filled: usize,
 }
 
-impl Drop for Claims<'_> {
+impl<'a, C: Claimer> Claims<'a, C> {
+    pub(super) fn new(cache: &'a C) -> Claims<'a, C> {
+        Claims {
+            cache,
+            keys: Vec::new(),
+            filled: 0,
+        }
+    }
+}
+
+impl<C: Claimer> Drop for Claims<'_, C> {
     fn drop(&mut self) {
-        for &row in &self.rows[self.filled..] {
-            self.cache.abandon(row);
+        for &k in &self.keys[self.filled..] {
+            self.cache.abandon(k);
         }
     }
 }
 
 /// A distinct row and the range of the sorted request holding it.
 #[derive(Clone, Copy)]
-struct Group {
-    row: u64,
-    start: usize,
-    end: usize,
+pub(super) struct Group {
+    pub(super) row: u64,
+    pub(super) start: usize,
+    pub(super) end: usize,
+}
+
+/// Sorts the request into `s.order` (row, request index), sizes the
+/// staging `st` for its distinct rows and returns them.
+pub(super) fn group_request(
+    t: &Table,
+    s: &mut Scratch,
+    st: &mut Staged,
+    rows: &[u64],
+    out: &Out<'_>,
+) -> Result<Vec<Group>, GatherError> {
+    s.order.clear();
+    s.order.extend(rows.iter().copied().zip(0..));
+    s.order.sort_unstable();
+    let order = &s.order;
+    let mut groups = Vec::new();
+    let mut k = 0;
+    while k < order.len() {
+        let row = order[k].0;
+        let mut e = k + 1;
+        while e < order.len() && order[e].0 == row {
+            e += 1;
+        }
+        groups.push(Group {
+            row,
+            start: k,
+            end: e,
+        });
+        k = e;
+    }
+    t.stage_rows(&mut st.bytes, groups.len(), rows.len(), out)?;
+    Ok(groups)
+}
+
+/// Writes each distinct row's staged bytes (`staged[u * rb..]` for
+/// `groups[u]`) to every request slot of its group.
+pub(super) fn put_groups(
+    out: &mut Out<'_>,
+    order: &[(u64, usize)],
+    groups: &[Group],
+    staged: &[u8],
+    rb: usize,
+    decoder: &Decoder,
+) -> Result<(), DecodeError> {
+    for (u, g) in groups.iter().enumerate() {
+        put_all(out, &order[g.start..g.end], &staged[u * rb..(u + 1) * rb], decoder)?;
+    }
+    Ok(())
 }
 
 /// Writes one row's bytes to every request slot of its group.
@@ -180,6 +266,107 @@ impl Table {
 
 impl CachedReader {
     fn create(t: &Table, budget: u64, policy: CachePolicy) -> Result<CachedReader, String> {
+        let miss = MissReader::open(t, "cached")?;
+        let sizing = Sizing::for_table(budget, &t.shared.table, miss.align, policy)
+            .map_err(|e| e.to_string())?;
+        Ok(CachedReader {
+            cache: RowCache::new(sizing),
+            miss,
+        })
+    }
+
+    /// Empties the cache if any file holding rows changed since the last
+    /// look (one `fstat` per such file; see the module docs).
+    pub(super) fn check_file(&self) -> Result<(), GatherError> {
+        if self.miss.changed()? {
+            self.cache.clear();
+        }
+        Ok(())
+    }
+
+    /// Every distinct row's bytes are gathered into `st` (hits copied out
+    /// of the cache, misses read), and only then written to `out`: a failed
+    /// read leaves the output untouched.
+    fn gather(
+        &self,
+        t: &Table,
+        rows: &[u64],
+        out: &mut Out<'_>,
+        s: &mut Scratch,
+        st: &mut Staged,
+        stats: &mut GatherStats,
+    ) -> Result<(), GatherError> {
+        let (rb, groups) = (t.row_bytes() as usize, group_request(t, s, st, rows, out)?);
+        let mut claims = Claims::new(&self.cache);
+        let mut misses = Vec::new();
+        let mut busy = Vec::new();
+        for (u, g) in groups.iter().enumerate() {
+            let dst = &mut st.bytes[u * rb..(u + 1) * rb];
+            match self.cache.lookup(g.row, |b| copy_row(dst, b))? {
+                Found::Hit => stats.cache_hits += 1,
+                Found::Claimed => {
+                    claims.keys.push(g.row);
+                    misses.push(u);
+                }
+                Found::Busy => busy.push(u),
+            }
+        }
+        self.read_fill(t, &groups, &misses, Some(&mut st.bytes), &mut claims, stats)?;
+        // Rows other gathers were reading: by now they are in, or their
+        // reader gave up and the row is ours to read.
+        misses.clear();
+        for &u in &busy {
+            let dst = &mut st.bytes[u * rb..(u + 1) * rb];
+            match self
+                .cache
+                .wait_lookup(groups[u].row, |b| copy_row(dst, b))?
+            {
+                Found::Hit => stats.cache_hits += 1,
+                _ => {
+                    claims.keys.push(groups[u].row);
+                    misses.push(u);
+                }
+            }
+        }
+        self.read_fill(t, &groups, &misses, Some(&mut st.bytes), &mut claims, stats)?;
+        put_groups(out, &s.order, &groups, &st.bytes, rb, &t.decoder)?;
+        Ok(())
+    }
+
+    /// Reads the claimed rows `groups[u]` for `u` in `misses` (ascending)
+    /// chunk by chunk into staging, copies each to `dst` (at `u * row
+    /// bytes`, when given) and stores it in the cache.
+    fn read_fill(
+        &self,
+        t: &Table,
+        groups: &[Group],
+        misses: &[usize],
+        dst: Option<&mut Vec<u8>>,
+        claims: &mut Claims<'_, RowCache>,
+        stats: &mut GatherStats,
+    ) -> Result<(), GatherError> {
+        if misses.is_empty() {
+            return Ok(());
+        }
+        let mut staging = self.cache.staging();
+        self.miss.read_groups(
+            t,
+            groups,
+            misses,
+            staging.bytes(),
+            dst.map(|d| &mut d[..]),
+            stats,
+            &mut |_, g, bytes| {
+                claims.filled += 1;
+                self.cache.fill(g.row, bytes)
+            },
+        )
+    }
+}
+
+impl MissReader {
+    /// The reader of `t`'s rows for strategy `backend`.
+    pub(super) fn open(t: &Table, backend: &'static str) -> Result<MissReader, String> {
         let layout = &t.shared.table;
         let backends = &t.shared.backends;
         let paths = backends
@@ -204,7 +391,7 @@ impl CachedReader {
             },
             Err(IoError::UringUnavailable(_) | IoError::DirectUnsupported { .. }) => {
                 let mut p = backends
-                    .get(Kind::Uring, "cached")
+                    .get(Kind::Uring, backend)
                     .map_err(|e| e.to_string())?;
                 p.fallback = true;
                 p
@@ -213,12 +400,11 @@ impl CachedReader {
         };
         let r = &reader.reader;
         let align = r.common_alignment();
-        let sizing = Sizing::for_table(budget, layout, align, policy).map_err(|e| e.to_string())?;
         let seen = (0..r.files())
             .map(|k| r.file(k).and_then(|f| Stamp::of(f).ok()))
             .collect();
-        Ok(CachedReader {
-            cache: RowCache::new(sizing),
+        Ok(MissReader {
+            backend,
             regions: layout.regions().count(),
             reader,
             align,
@@ -226,9 +412,19 @@ impl CachedReader {
         })
     }
 
-    /// Empties the cache if any file holding rows changed since the last
-    /// look (one `fstat` per such file; see the module docs).
-    pub(super) fn check_file(&self) -> Result<(), GatherError> {
+    /// Alignment of every read (1 when buffered).
+    pub(super) fn align(&self) -> usize {
+        self.align
+    }
+
+    /// The reader of the misses.
+    pub(super) fn reader(&self) -> &Reader {
+        &self.reader.reader
+    }
+
+    /// True if any file holding rows changed since the last look (one
+    /// `fstat` per such file).
+    pub(super) fn changed(&self) -> Result<bool, GatherError> {
         let r = &self.reader.reader;
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         let mut changed = false;
@@ -250,106 +446,54 @@ impl CachedReader {
                 *seen = Some(now);
             }
         }
-        if changed {
-            self.cache.clear();
-        }
-        Ok(())
+        Ok(changed)
     }
 
-    /// Every distinct row's bytes are gathered into `st` (hits copied out
-    /// of the cache, misses read), and only then written to `out`: a failed
-    /// read leaves the output untouched.
-    fn gather(
-        &self,
-        t: &Table,
-        rows: &[u64],
-        out: &mut Out<'_>,
-        s: &mut Scratch,
-        st: &mut Staged,
-        stats: &mut GatherStats,
-    ) -> Result<(), GatherError> {
-        let rb = t.row_bytes() as usize;
-        s.order.clear();
-        s.order.extend(rows.iter().copied().zip(0..));
-        s.order.sort_unstable();
-        let mut groups = Vec::new();
-        let mut k = 0;
-        while k < s.order.len() {
-            let row = s.order[k].0;
-            let mut e = k + 1;
-            while e < s.order.len() && s.order[e].0 == row {
-                e += 1;
-            }
-            groups.push(Group {
-                row,
-                start: k,
-                end: e,
-            });
-            k = e;
-        }
-        t.stage_rows(&mut st.bytes, groups.len(), rows.len(), out)?;
-        let mut claims = Claims {
-            cache: &self.cache,
-            rows: Vec::new(),
-            filled: 0,
-        };
-        let mut misses = Vec::new();
-        let mut busy = Vec::new();
-        for (u, g) in groups.iter().enumerate() {
-            let dst = &mut st.bytes[u * rb..(u + 1) * rb];
-            match self.cache.lookup(g.row, |b| copy_row(dst, b))? {
-                Found::Hit => stats.cache_hits += 1,
-                Found::Claimed => {
-                    claims.rows.push(g.row);
-                    misses.push(u);
-                }
-                Found::Busy => busy.push(u),
-            }
-        }
-        self.read_fill(t, &groups, &misses, Some(&mut st.bytes), &mut claims, stats)?;
-        // Rows other gathers were reading: by now they are in, or their
-        // reader gave up and the row is ours to read.
-        misses.clear();
-        for &u in &busy {
-            let dst = &mut st.bytes[u * rb..(u + 1) * rb];
-            match self
-                .cache
-                .wait_lookup(groups[u].row, |b| copy_row(dst, b))?
-            {
-                Found::Hit => stats.cache_hits += 1,
-                _ => {
-                    claims.rows.push(groups[u].row);
-                    misses.push(u);
-                }
-            }
-        }
-        self.read_fill(t, &groups, &misses, Some(&mut st.bytes), &mut claims, stats)?;
-        for (u, g) in groups.iter().enumerate() {
-            put_all(
-                out,
-                &s.order[g.start..g.end],
-                &st.bytes[u * rb..(u + 1) * rb],
-                &t.decoder,
-            )?;
-        }
-        Ok(())
-    }
-
-    /// Reads the claimed rows `groups[u]` for `u` in `misses` (ascending)
-    /// chunk by chunk into staging, copies each to `dst` (at `u * row
-    /// bytes`, when given) and stores it in the cache.
-    fn read_fill(
+    /// Reads the rows `groups[u]`, `u` in `picked` (ascending), into
+    /// `staging`, copies each to `dst` (at `u * row bytes`, when given),
+    /// counts it as a miss and hands it to `store` (with its index in
+    /// `picked`), which says if storing it evicted a row.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn read_groups(
         &self,
         t: &Table,
         groups: &[Group],
-        misses: &[usize],
-        mut dst: Option<&mut Vec<u8>>,
-        claims: &mut Claims<'_>,
+        picked: &[usize],
+        staging: &mut [u8],
+        mut dst: Option<&mut [u8]>,
         stats: &mut GatherStats,
+        store: &mut dyn FnMut(usize, &Group, &[u8]) -> bool,
     ) -> Result<(), GatherError> {
-        if misses.is_empty() {
+        if picked.is_empty() {
             return Ok(());
         }
+        let rb = t.row_bytes() as usize;
+        let rows: Vec<u64> = picked.iter().map(|&u| groups[u].row).collect();
+        self.read_rows(t, &rows, staging, stats, &mut |j, bytes, stats| {
+            let u = picked[j];
+            let g = &groups[u];
+            if let Some(d) = dst.as_deref_mut() {
+                d[u * rb..(u + 1) * rb].copy_from_slice(bytes);
+            }
+            stats.cold_rows += (g.end - g.start) as u64;
+            stats.cache_misses += 1;
+            if store(j, g, bytes) {
+                stats.cache_evictions += 1;
+            }
+        })
+    }
+
+    /// Reads ascending `rows` chunk by chunk into `buf` (aligned staging)
+    /// and hands each row's stored bytes (its parts joined in part order)
+    /// to `each` with the row's index in `rows`.
+    fn read_rows(
+        &self,
+        t: &Table,
+        rows: &[u64],
+        buf: &mut [u8],
+        stats: &mut GatherStats,
+        each: &mut dyn FnMut(usize, &[u8], &mut GatherStats),
+    ) -> Result<(), GatherError> {
         let layout = &t.shared.table;
         let rb = layout.row_bytes() as usize;
         let part_len: Vec<usize> = layout.shards()[0]
@@ -357,22 +501,21 @@ impl CachedReader {
             .iter()
             .map(|p| p.row_bytes as usize)
             .collect();
-        let mut staging = self.cache.staging();
-        let buf = staging.bytes();
         let mut plan = ChunkPlan::new(self.regions);
         let mut joined = Vec::with_capacity(if part_len.len() > 1 { rb } else { 0 });
         let mut next = 0;
-        while next < misses.len() {
-            let chunk = &misses[next..];
+        while next < rows.len() {
+            let chunk = &rows[next..];
             let n = plan.plan(
                 layout,
                 self.align as u64,
-                chunk.iter().map(|&u| groups[u].row),
+                chunk.iter().copied(),
                 buf.len(),
+                self.backend,
             )?;
             if n == 0 {
                 return Err(GatherError::Setup {
-                    backend: "cached",
+                    backend: self.backend,
                     reason: format!(
                         "staging of {} bytes cannot hold the reads of one row",
                         buf.len()
@@ -380,8 +523,7 @@ impl CachedReader {
                 });
             }
             self.read_plan(t, &plan, buf, stats)?;
-            for (j, &u) in chunk[..n].iter().enumerate() {
-                let g = &groups[u];
+            for j in 0..n {
                 let at = &plan.at()[j * part_len.len()..(j + 1) * part_len.len()];
                 let bytes = if let [len] = part_len[..] {
                     &buf[at[0]..at[0] + len]
@@ -392,15 +534,7 @@ impl CachedReader {
                     }
                     &joined[..]
                 };
-                if let Some(d) = dst.as_deref_mut() {
-                    d[u * rb..(u + 1) * rb].copy_from_slice(bytes);
-                }
-                stats.cold_rows += (g.end - g.start) as u64;
-                stats.cache_misses += 1;
-                if self.cache.fill(g.row, bytes) {
-                    stats.cache_evictions += 1;
-                }
-                claims.filled += 1;
+                each(next + j, bytes, stats);
             }
             next += n;
         }
@@ -424,7 +558,9 @@ impl CachedReader {
                 .shared
                 .backends
                 .slot(index)
-                .ok_or(GatherError::NoFile { strategy: "cached" })?;
+                .ok_or(GatherError::NoFile {
+                    strategy: self.backend,
+                })?;
             for e in &plan.extents[range.clone()] {
                 reads.push(Read {
                     file: k,
@@ -447,6 +583,9 @@ impl CachedReader {
         Ok(())
     }
 
+}
+
+impl CachedReader {
     /// Brings the first `capacity` distinct rows of `rows` (hottest first)
     /// into the cache, reading the missing ones chunk by chunk at the
     /// ring's full queue depth; `progress(done, total)` after each chunk.
@@ -474,16 +613,12 @@ impl CachedReader {
         }
         let wanted = want.clone();
         want.sort_unstable();
-        let mut claims = Claims {
-            cache: &self.cache,
-            rows: Vec::new(),
-            filled: 0,
-        };
+        let mut claims = Claims::new(&self.cache);
         let mut groups = Vec::new();
         let none = |_: &[u8]| Ok::<(), GatherError>(());
         for &r in &want {
             if self.cache.lookup(r, none)? == Found::Claimed {
-                claims.rows.push(r);
+                claims.keys.push(r);
                 groups.push(Group {
                     row: r,
                     start: 0,
@@ -550,9 +685,10 @@ impl ChunkPlan {
         align: u64,
         rows: impl Iterator<Item = u64>,
         room: usize,
+        backend: &'static str,
     ) -> Result<usize, GatherError> {
         let setup = |e: CoalesceError| GatherError::Setup {
-            backend: "cached",
+            backend,
             reason: format!("planning reads: {e}"),
         };
         self.plan.start(Mode::Block {
@@ -645,7 +781,7 @@ mod tests {
         );
         let mut p = ChunkPlan::new(1);
         let rows = [0u64, 1, 44, 1000];
-        let n = p.plan(&t, 4096, rows.iter().copied(), 1 << 20).unwrap();
+        let n = p.plan(&t, 4096, rows.iter().copied(), 1 << 20, "cached").unwrap();
         assert_eq!(n, 4);
         assert_eq!(p.extents.len(), 2);
         assert_eq!(p.files, vec![(0, 0..2)]);
@@ -660,11 +796,11 @@ mod tests {
             assert_eq!(&buf[a..a + 90], &want[..], "row {r}");
         }
         // A room of one block plans only the rows inside it.
-        let n = p.plan(&t, 4096, rows.iter().copied(), 4096).unwrap();
+        let n = p.plan(&t, 4096, rows.iter().copied(), 4096, "cached").unwrap();
         assert_eq!(n, 2);
         assert_eq!(p.extents.len(), 1);
         // Buffered (alignment 1): each row exactly, neighbours merged.
-        let n = p.plan(&t, 1, rows.iter().copied(), 1 << 20).unwrap();
+        let n = p.plan(&t, 1, rows.iter().copied(), 1 << 20, "cached").unwrap();
         assert_eq!(n, 4);
         assert_eq!(p.extents.len(), 3);
         assert_eq!((p.extents[0].offset, p.extents[0].len), (1000, 180));
@@ -693,7 +829,7 @@ mod tests {
         let t = Layout::for_test(shards, 52);
         let mut p = ChunkPlan::new(1);
         let rows = [0u64, 1, 9, 10, 15, 19];
-        let n = p.plan(&t, 512, rows.iter().copied(), 1 << 20).unwrap();
+        let n = p.plan(&t, 512, rows.iter().copied(), 1 << 20, "cached").unwrap();
         assert_eq!(n, rows.len());
         let files: Vec<usize> = p.files.iter().map(|f| f.0).collect();
         assert_eq!(files, vec![0, 1, 2]);
@@ -711,10 +847,10 @@ mod tests {
             }
         }
         // A room too small for a whole row plans none of its parts.
-        let n = p.plan(&t, 512, rows.iter().copied(), 1024).unwrap();
+        let n = p.plan(&t, 512, rows.iter().copied(), 1024, "cached").unwrap();
         assert_eq!(n, 0);
         assert!(p.extents.is_empty() && p.at().is_empty());
-        let n = p.plan(&t, 512, rows.iter().copied(), 2048).unwrap();
+        let n = p.plan(&t, 512, rows.iter().copied(), 2048, "cached").unwrap();
         assert_eq!(n, 3, "rows 0, 1 and 9 share their blocks");
     }
 }

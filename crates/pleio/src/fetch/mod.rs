@@ -25,6 +25,7 @@
 
 mod auto;
 mod cached;
+mod shared;
 mod direct;
 mod known_pages;
 #[cfg(feature = "internals")]
@@ -91,6 +92,12 @@ pub enum Strategy {
     /// `O_DIRECT` (nothing enters the page cache) and stored as their stored
     /// bytes.
     Cached,
+    /// One row cache per machine, in shared memory every process serving
+    /// the same table maps (`/dev/shm/pleio-<identity>`), within the
+    /// budget of the process that created it: hits are copied out with no
+    /// lock or system call, and a missing row is read from the device once
+    /// machine-wide (`O_DIRECT`, as [`Strategy::Cached`]).
+    Shared,
 }
 
 impl Strategy {
@@ -105,6 +112,7 @@ impl Strategy {
         Strategy::Pool,
         Strategy::Auto,
         Strategy::Cached,
+        Strategy::Shared,
     ];
 
     /// The name used on the command line (an engine has `Display`).
@@ -119,6 +127,7 @@ impl Strategy {
             Strategy::Pool => "pool",
             Strategy::Auto => "auto",
             Strategy::Cached => "cached",
+            Strategy::Shared => "shared",
         }
     }
 
@@ -821,13 +830,15 @@ impl Table {
         self.cache.made().is_some_and(|c| c.cache.contains(row))
     }
 
-    /// Empties the row cache (its memory stays allocated for reuse): the
-    /// next [`Strategy::Cached`] gathers start cold.
+    /// Empties the row cache (its memory stays allocated for reuse), and
+    /// the machine-wide one if this handle attached it: the next
+    /// [`Strategy::Cached`] and [`Strategy::Shared`] gathers start cold.
     #[cfg_attr(feature = "internals", visibility::make(pub))]
     pub(crate) fn clear_cache(&self) {
         if let Some(c) = self.cache.made() {
             c.cache.clear();
         }
+        self.clear_shared();
     }
 
     /// Forgets which pages `auto` believes resident, so its next gathers
@@ -1221,6 +1232,7 @@ impl Table {
             }
             Strategy::Pool => self.gather_direct(direct::Kind::Pool, rows, out, &mut stats)?,
             Strategy::Cached => self.gather_cached(rows, out, &mut stats)?,
+            Strategy::Shared => self.gather_shared(rows, out, &mut stats)?,
         }
         let events = guard.events();
         stats.guard_displaced = u64::from(events.displaced);

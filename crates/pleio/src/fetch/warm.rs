@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use super::direct::{read_error, Kind};
 use super::{GatherError, GatherStats, Strategy, Table};
 use crate::error::Error;
+use crate::output::{Dtype, Out};
 use crate::io::Read;
 
 /// Staging for page-cache warming reads, per chunk.
@@ -97,7 +98,57 @@ impl Table {
                 set,
             });
         }
+        if self.strategy == Strategy::Shared && !crate::sys::NOOP {
+            return self.prewarm_shared(ranked, progress, t0);
+        }
         self.prewarm_pages(ranked, budget, progress, t0)
+    }
+
+    /// The first distinct rows of `ranked` that the machine-wide cache
+    /// holds, gathered through it in chunks (rows already there are hits,
+    /// the others are read once and inserted).
+    fn prewarm_shared(
+        &self,
+        ranked: &[u64],
+        progress: &mut dyn FnMut(u64, u64),
+        t0: Instant,
+    ) -> Result<WarmReport, GatherError> {
+        let capacity = self.shared_segment()?.slots();
+        let mut seen = HashSet::new();
+        let set: Vec<u64> = ranked
+            .iter()
+            .copied()
+            .filter(|&r| seen.insert(r))
+            .take(capacity)
+            .collect();
+        let rb = self.shared.table.row_bytes() as usize;
+        let chunk = (4usize << 20).div_ceil(rb.max(1)).max(1);
+        let mut buf = vec![0u8; chunk.min(set.len().max(1)) * rb];
+        let (mut read, mut requests, mut bytes, mut done) = (0, 0, 0, 0u64);
+        progress(0, set.len() as u64);
+        for rows in set.chunks(chunk) {
+            let out = Out::bytes(Dtype::Raw, &self.shared.table, &mut buf[..rows.len() * rb])
+                .ok_or_else(|| GatherError::Setup {
+                    backend: "shared",
+                    reason: "no raw output for this table".into(),
+                })?;
+            let st = self.gather_inner(Strategy::Shared, rows, out)?;
+            read += st.cache_misses;
+            requests += st.read_requests;
+            bytes += st.read_bytes;
+            done += rows.len() as u64;
+            progress(done, set.len() as u64);
+        }
+        Ok(WarmReport {
+            target: "shared row cache",
+            rows: set.len() as u64,
+            rows_read: read,
+            pages: None,
+            read_requests: requests,
+            read_bytes: bytes,
+            elapsed: t0.elapsed(),
+            set,
+        })
     }
 
     fn prewarm_pages(

@@ -341,3 +341,16 @@ pub(super) fn owns_or_may_write(file: &File) -> bool {
     // uid 0 stands for CAP_FOWNER, which the kernel's owner test accepts.
     uid == 0 || file.metadata().is_ok_and(|m| m.uid() == uid) || may_write(file)
 }
+
+pub(super) fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 sends nothing; it only checks that the
+    // process exists (and whether we may signal it).
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}

@@ -45,6 +45,7 @@ mod adv;
 use stub as adv;
 
 pub(crate) mod guard;
+pub mod shm;
 mod zeroed;
 pub(crate) use zeroed::Zeroed;
 
@@ -186,7 +187,7 @@ pub(crate) unsafe fn dont_need_shared(run: MemRun) -> bool {
 /// Maps all `len` (> 0) bytes of `file` read-only and shared; returns the
 /// address. The mapping's owner ([`crate::map::Mapping`]) unmaps it.
 pub(crate) fn map_shared_read_only(file: &File, len: usize) -> std::io::Result<*mut u8> {
-    base::map_shared_read_only(file, len)
+    base::map_shared(file, len, false)
 }
 
 /// Unmaps `run`.

@@ -94,7 +94,7 @@ pub(super) fn dio_alignment(_file: &File) -> Option<(u32, u32)> {
 
 
 /// Only used where there is no `mmap` (non-Unix targets).
-pub(super) fn map_shared_read_only(_file: &File, _len: usize) -> io::Result<*mut u8> {
+pub(super) fn map_shared(_file: &File, _len: usize, _write: bool) -> io::Result<*mut u8> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "file mappings are not available on this platform",
@@ -124,4 +124,9 @@ pub(super) fn open_nonblocking(path: &Path, direct: bool) -> io::Result<File> {
 
 pub(super) fn set_blocking(_file: &File) -> io::Result<()> {
     Ok(())
+}
+
+/// Never asked: nothing is shared in this build.
+pub(super) fn process_alive(_pid: u32) -> bool {
+    true
 }

@@ -47,14 +47,21 @@ pub(super) fn join_cgroup_on_spawn(cmd: &mut std::process::Command, procs: File)
     Ok(())
 }
 
-pub(super) fn map_shared_read_only(file: &File, len: usize) -> io::Result<*mut u8> {
-    // SAFETY: a fresh read-only shared mapping of a valid fd; the kernel
-    // picks the address, so no existing memory is affected.
+/// A shared mapping of the first `len` bytes of `file`, read-only or
+/// read-write.
+pub(super) fn map_shared(file: &File, len: usize, write: bool) -> io::Result<*mut u8> {
+    let prot = if write {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_READ
+    };
+    // SAFETY: a fresh shared mapping of a valid fd; the kernel picks the
+    // address, so no existing memory is affected.
     let ptr = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
             len,
-            libc::PROT_READ,
+            prot,
             libc::MAP_SHARED,
             file.as_raw_fd(),
             0,

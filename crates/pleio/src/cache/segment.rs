@@ -1,0 +1,1010 @@
+//! The machine-wide row cache: one segment file in shared memory
+//! (`/dev/shm/pleio-<identity>`) that every process serving the same table
+//! maps, with lock-free readers (a seqlock per slot) and one device read
+//! per missing row machine-wide. See docs/cache.md, "The shared cache".
+//!
+//! Layout, in 64-bit words (all access atomic; every value read from the
+//! segment is validated or only compared, never used as an index):
+//! - a header of [`HEADER_WORDS`]: magic, version, geometry, the table's
+//!   identity, counters, an attach table of pids and a label;
+//! - per set of [`WAYS`] slots, two words: the set's claim lock (the
+//!   holder's pid and thread token, 0 when free) and its CLOCK hand;
+//! - per slot, four words: the seqlock version (odd while a writer owns
+//!   the slot), the row id + 1 (0: none), the state (empty, ready, or
+//!   filling by pid and thread token) and the CLOCK reference bit;
+//! - the data area from a page boundary: per slot one row's stored bytes
+//!   in a stride of whole words.
+//!
+//! The segment's geometry is fixed at creation from the budget of the
+//! process that made it: one budget per machine.
+
+use std::fs::File;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::sys::shm::{self, SharedWords};
+
+/// "PLEIOSHM" little-endian.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"PLEIOSHM");
+/// The segment layout's version.
+pub const VERSION: u64 = 1;
+/// Slots per set (rows map to a set by hash; a set is searched whole).
+pub const WAYS: usize = 8;
+/// Words of the header.
+pub const HEADER_WORDS: usize = 128;
+/// Segment file names start with this.
+pub const PREFIX: &str = "pleio-";
+
+const H_MAGIC: usize = 0;
+const H_VERSION: usize = 1;
+const H_SETS: usize = 2;
+const H_STRIDE: usize = 3;
+const H_ROW_BYTES: usize = 4;
+const H_ROWS: usize = 5;
+const H_BUDGET: usize = 6;
+const H_ID0: usize = 7;
+const H_ID1: usize = 8;
+const H_TOTAL: usize = 9;
+/// Set to 1 by `pleio cache rm`: attached processes move to a new segment.
+const H_REMOVED: usize = 10;
+const C_HITS: usize = 16;
+const C_MISSES: usize = 17;
+const C_READS: usize = 18;
+const C_BYTES: usize = 19;
+const C_EVICTIONS: usize = 20;
+const C_WAITS: usize = 21;
+const C_RECLAIMS: usize = 22;
+const C_UNCACHED: usize = 23;
+const H_ATTACH: usize = 32;
+/// Entries of the attach table (pids; 0 when free).
+pub const ATTACH_SLOTS: usize = 64;
+const H_LABEL: usize = 96;
+const LABEL_BYTES: usize = 8 * (HEADER_WORDS - H_LABEL - 1);
+
+const EMPTY: u64 = 0;
+const READY: u64 = 1 << 62;
+const FILLING: u64 = 2 << 62;
+const KIND: u64 = 3 << 62;
+
+/// How long a process waits for another live one to fill a row before
+/// reading it itself (without caching it).
+const FILL_WAIT: Duration = Duration::from_secs(5);
+/// How long a set's claim lock is waited for before it is taken anyway
+/// (it only keeps two processes from reading the same row; the slots stay
+/// exclusive by their own state words).
+const LOCK_WAIT: Duration = Duration::from_secs(1);
+/// Seqlock retries of one hit before it counts as a miss.
+const READ_TRIES: usize = 16;
+
+/// Why a segment cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SegmentError {
+    /// The OS refused an operation on the segment file.
+    #[error("{}: {what}: {error}", path.display())]
+    Os {
+        /// The segment.
+        path: PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// The OS error.
+        error: std::io::Error,
+    },
+    /// The file is not a segment of this layout, or belongs to another table.
+    #[error("{}: {reason}", path.display())]
+    Foreign {
+        /// The segment.
+        path: PathBuf,
+        /// What does not match.
+        reason: String,
+    },
+    /// The budget cannot hold one set of slots.
+    #[error("a shared row cache budget of {budget} bytes is too small: rows of {row_bytes} bytes need at least {need}")]
+    BudgetTooSmall {
+        /// The budget asked for.
+        budget: u64,
+        /// Bytes per row.
+        row_bytes: u64,
+        /// The smallest budget that works.
+        need: u64,
+    },
+}
+
+/// What makes a segment's rows the rows of one table: a hash of every file's
+/// device, inode, size and modification time and of the rows' geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// Two independent 64-bit hashes.
+    pub id: [u64; 2],
+    /// Rows of the table.
+    pub rows: u64,
+    /// Stored bytes per row.
+    pub row_bytes: u64,
+}
+
+impl Identity {
+    /// The identity of a table of `rows` rows of `row_bytes` stored bytes
+    /// whose files are `files` and whose geometry (tensor names, offsets) is
+    /// described by `geometry`.
+    pub fn new(files: &[&File], rows: u64, row_bytes: u64, geometry: &[u8]) -> std::io::Result<Identity> {
+        let mut a = Fnv::new(0xcbf2_9ce4_8422_2325);
+        let mut b = Fnv::new(0x6c62_272e_07bb_0142);
+        let mut put = |v: &[u8]| {
+            a.put(v);
+            b.put(v);
+        };
+        put(&VERSION.to_le_bytes());
+        for f in files {
+            let m = f.metadata()?;
+            for v in [m.dev(), m.ino(), m.size(), m.mtime() as u64, m.mtime_nsec() as u64] {
+                put(&v.to_le_bytes());
+            }
+        }
+        put(&rows.to_le_bytes());
+        put(&row_bytes.to_le_bytes());
+        put(geometry);
+        Ok(Identity {
+            id: [a.0, b.0],
+            rows,
+            row_bytes,
+        })
+    }
+
+    /// The segment's file name.
+    pub fn file_name(&self) -> String {
+        format!("{PREFIX}{:016x}{:016x}", self.id[0], self.id[1])
+    }
+}
+
+/// FNV-1a, 64-bit: stable across builds (the name must be the same in
+/// every process, whatever compiler built it).
+struct Fnv(u64);
+
+impl Fnv {
+    fn new(seed: u64) -> Fnv {
+        Fnv(seed)
+    }
+    fn put(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+/// The directory segments live in: `PLEIO_SHM_DIR` if set, else `/dev/shm`.
+pub fn shm_dir() -> PathBuf {
+    std::env::var_os("PLEIO_SHM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/dev/shm"))
+}
+
+/// A segment's geometry, derived from its set count and stride only (so a
+/// header that passes validation gives in-bounds indices).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Geometry {
+    sets: usize,
+    stride_words: usize,
+    sets_at: usize,
+    slots_at: usize,
+    data_at: usize,
+    total: usize,
+}
+
+impl Geometry {
+    fn new(sets: usize, stride_words: usize) -> Option<Geometry> {
+        let slots = sets.checked_mul(WAYS)?;
+        let sets_at = HEADER_WORDS;
+        let slots_at = sets_at.checked_add(sets.checked_mul(2)?)?;
+        let end = slots_at.checked_add(slots.checked_mul(4)?)?;
+        // The data area starts on a 4 KiB boundary.
+        let data_at = end.checked_add(511)? / 512 * 512;
+        let total = data_at.checked_add(slots.checked_mul(stride_words)?)?;
+        (total <= (isize::MAX as usize) / 8).then_some(Geometry {
+            sets,
+            stride_words,
+            sets_at,
+            slots_at,
+            data_at,
+            total,
+        })
+    }
+
+    /// The most sets `budget` bytes hold for rows of `stride_words`.
+    fn for_budget(budget: u64, stride_words: usize) -> Option<Geometry> {
+        let per_set = (2 + WAYS * 4 + WAYS * stride_words) as u64 * 8;
+        let mut sets = (budget.saturating_sub((HEADER_WORDS as u64 + 512) * 8) / per_set) as usize;
+        while sets > 0 {
+            match Geometry::new(sets, stride_words) {
+                Some(g) if (g.total as u64) * 8 <= budget => return Some(g),
+                _ => sets -= 1,
+            }
+        }
+        None
+    }
+
+    fn slots(&self) -> usize {
+        self.sets * WAYS
+    }
+}
+
+/// Counters of a segment (machine-wide, since creation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SegmentStats {
+    /// Rows served from the segment.
+    pub hits: u64,
+    /// Rows read from the device and inserted.
+    pub misses: u64,
+    /// Read requests sent to the device.
+    pub reads: u64,
+    /// Bytes read from the device.
+    pub bytes_read: u64,
+    /// Rows evicted to make room.
+    pub evictions: u64,
+    /// Rows a process waited for while another read them.
+    pub waits: u64,
+    /// Slots taken back from processes that died filling them.
+    pub reclaims: u64,
+    /// Rows read without caching (no free slot, or a wait timed out).
+    pub uncached: u64,
+}
+
+/// What `pleio cache ls` shows of a segment.
+#[derive(Clone, Debug)]
+pub struct SegmentInfo {
+    /// The segment file.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// The budget it was created with.
+    pub budget: u64,
+    /// Slots (the rows it holds at most).
+    pub slots: u64,
+    /// Slots holding a row now.
+    pub resident: u64,
+    /// Stored bytes per row.
+    pub row_bytes: u64,
+    /// Rows of the table.
+    pub rows: u64,
+    /// The table it caches (as its creator named it).
+    pub label: String,
+    /// Live attached processes.
+    pub attached: Vec<u32>,
+    /// Counters.
+    pub stats: SegmentStats,
+}
+
+/// One mapped segment.
+pub struct Segment {
+    map: SharedWords,
+    path: PathBuf,
+    geo: Geometry,
+    row_bytes: usize,
+    /// Device and inode of the mapped file.
+    file_id: (u64, u64),
+    /// This process's entry in the attach table, if it got one.
+    attach: Option<usize>,
+    /// Remove the segment when the last process detaches.
+    remove_on_detach: bool,
+}
+
+/// What a probe for a row found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// The row's bytes were copied out.
+    Hit,
+    /// The caller owns `slot` and must [`Segment::publish`] or
+    /// [`Segment::abandon`] it.
+    Claimed(usize),
+    /// Another process is filling `slot` (its state was `state`).
+    Wait {
+        /// The slot.
+        slot: usize,
+        /// Its state word when seen (the writer's pid and token).
+        state: u64,
+    },
+    /// No slot could be had: read the row without caching it.
+    Uncached,
+}
+
+/// This thread's token: a process-unique nonzero number, so threads of one
+/// process tell their claims apart.
+fn token() -> u64 {
+    use std::sync::atomic::AtomicU32;
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    thread_local! {
+        static TOKEN: u64 = u64::from(NEXT.fetch_add(1, Ordering::Relaxed) & 0x3fff_ffff).max(1);
+    }
+    TOKEN.with(|t| *t)
+}
+
+/// The owner word of this thread: token and pid.
+fn me() -> u64 {
+    (token() << 32) | u64::from(std::process::id())
+}
+
+fn pid_of(word: u64) -> u32 {
+    word as u32
+}
+
+/// A row's set: a multiplicative hash spreads neighbouring rows.
+fn set_of(row: u64, sets: usize) -> usize {
+    let h = row.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    ((u128::from(h >> 1) * sets as u128) >> 63) as usize
+}
+
+impl Segment {
+    /// Attaches to the segment of `id` in `dir`, creating it (sized for
+    /// `budget`, its mode and group taken from `like`, the table's first
+    /// file) if there is none. `label` names the table in `pleio cache ls`.
+    pub fn attach(
+        dir: &Path,
+        id: &Identity,
+        budget: u64,
+        like: &File,
+        label: &str,
+        remove_on_detach: bool,
+    ) -> Result<Segment, SegmentError> {
+        let path = dir.join(id.file_name());
+        for _ in 0..8 {
+            match shm::open_segment(&path) {
+                Ok(f) => match Segment::validate(f, &path, Some(id)) {
+                    Ok(mut s) => {
+                        s.remove_on_detach = remove_on_detach;
+                        s.register();
+                        // Removed between our open and our registration:
+                        // find or make the current one.
+                        if s.removed() || !same_file(&path, s.file_id) {
+                            // Dropping detaches without removing.
+                            s.remove_on_detach = false;
+                            continue;
+                        }
+                        return Ok(s);
+                    }
+                    // Being unlinked or a short file: wait for it to go.
+                    Err(SegmentError::Foreign { reason, .. }) if reason.starts_with("short") => {
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    return Err(SegmentError::Os {
+                        path,
+                        what: "open",
+                        error,
+                    })
+                }
+            }
+            match Segment::create(dir, &path, id, budget, like, label) {
+                Ok(()) => continue,
+                Err(SegmentError::Os { error, .. })
+                    if error.kind() == std::io::ErrorKind::AlreadyExists =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(SegmentError::Foreign {
+            path,
+            reason: "could not attach after 8 tries (created and removed under us)".into(),
+        })
+    }
+
+    /// Makes the segment under a temporary name, fully initialised, then
+    /// links it into place (fails with `AlreadyExists` if another process
+    /// was first).
+    fn create(
+        dir: &Path,
+        path: &Path,
+        id: &Identity,
+        budget: u64,
+        like: &File,
+        label: &str,
+    ) -> Result<(), SegmentError> {
+        let os = |what, error| SegmentError::Os {
+            path: path.to_path_buf(),
+            what,
+            error,
+        };
+        let stride_words = (id.row_bytes as usize).div_ceil(8).max(1);
+        let geo = Geometry::for_budget(budget, stride_words).ok_or_else(|| {
+            let need = Geometry::new(1, stride_words).map_or(u64::MAX, |g| g.total as u64 * 8);
+            SegmentError::BudgetTooSmall {
+                budget,
+                row_bytes: id.row_bytes,
+                need,
+            }
+        })?;
+        let meta = like.metadata().map_err(|e| os("fstat of the table", e))?;
+        // Every class that may read the table may read and write the cache.
+        let r = meta.mode();
+        let mode = (0..3).fold(0, |m, k| {
+            if r & (0o4 << (3 * k)) != 0 {
+                m | (0o6 << (3 * k))
+            } else {
+                m
+            }
+        }) | 0o600;
+        let tmp = dir.join(format!(
+            ".{}.{}.{:x}",
+            id.file_name(),
+            std::process::id(),
+            token()
+        ));
+        let f = shm::create_segment(&tmp, 0o600).map_err(|e| os("create", e))?;
+        let cleanup = |e: SegmentError| {
+            let _ = std::fs::remove_file(&tmp);
+            e
+        };
+        // Owner and group as the table's where we may; else the group only;
+        // else ours, with the group and other bits dropped, so no one gets
+        // access the table does not give.
+        let mut mode = mode;
+        if std::os::unix::fs::fchown(&f, Some(meta.uid()), Some(meta.gid())).is_err()
+            && std::os::unix::fs::fchown(&f, None, Some(meta.gid())).is_err()
+        {
+            mode &= 0o600;
+        }
+        f.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(|e| cleanup(os("fchmod", e)))?;
+        f.set_len(geo.total as u64 * 8)
+            .map_err(|e| cleanup(os("ftruncate", e)))?;
+        let map = SharedWords::map(&f, geo.total).map_err(|e| cleanup(os("mmap", e)))?;
+        let w = map.words();
+        let set = |i: usize, v: u64| w[i].store(v, Ordering::Relaxed);
+        set(H_VERSION, VERSION);
+        set(H_SETS, geo.sets as u64);
+        set(H_STRIDE, geo.stride_words as u64);
+        set(H_ROW_BYTES, id.row_bytes);
+        set(H_ROWS, id.rows);
+        set(H_BUDGET, budget);
+        set(H_ID0, id.id[0]);
+        set(H_ID1, id.id[1]);
+        set(H_TOTAL, geo.total as u64);
+        let label = label.as_bytes();
+        let label = &label[..label.len().min(LABEL_BYTES)];
+        set(H_LABEL, label.len() as u64);
+        for (k, c) in label.chunks(8).enumerate() {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            set(H_LABEL + 1 + k, u64::from_le_bytes(b));
+        }
+        w[H_MAGIC].store(MAGIC, Ordering::Release);
+        drop(map);
+        // link(2) fails if the name exists: the first process wins.
+        let linked = std::fs::hard_link(&tmp, path);
+        let _ = std::fs::remove_file(&tmp);
+        linked.map_err(|e| os("link", e))
+    }
+
+    /// Opens the segment at `path` for inspection (`pleio cache`), checking
+    /// its header but not its identity.
+    pub fn inspect(path: &Path) -> Result<Segment, SegmentError> {
+        let f = shm::open_segment(path).map_err(|error| SegmentError::Os {
+            path: path.to_path_buf(),
+            what: "open",
+            error,
+        })?;
+        Segment::validate(f, path, None)
+    }
+
+    /// Maps `f` and checks every header field the geometry depends on, and
+    /// the identity when given.
+    fn validate(f: File, path: &Path, id: Option<&Identity>) -> Result<Segment, SegmentError> {
+        let foreign = |reason: String| SegmentError::Foreign {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let meta = f.metadata().map_err(|error| SegmentError::Os {
+            path: path.to_path_buf(),
+            what: "fstat",
+            error,
+        })?;
+        let len = meta.len();
+        if len < HEADER_WORDS as u64 * 8 {
+            return Err(foreign(format!("short file ({len} bytes): not a segment")));
+        }
+        let hmap = SharedWords::map(&f, HEADER_WORDS).map_err(|error| SegmentError::Os {
+            path: path.to_path_buf(),
+            what: "mmap",
+            error,
+        })?;
+        let h = |i: usize| hmap.words()[i].load(Ordering::Acquire);
+        if h(H_MAGIC) != MAGIC {
+            return Err(foreign("no pleio segment magic".into()));
+        }
+        if h(H_VERSION) != VERSION {
+            return Err(foreign(format!(
+                "segment layout version {} (this build: {VERSION})",
+                h(H_VERSION)
+            )));
+        }
+        let sets = usize::try_from(h(H_SETS)).unwrap_or(0);
+        let stride = usize::try_from(h(H_STRIDE)).unwrap_or(0);
+        let row_bytes = h(H_ROW_BYTES);
+        let geo = Geometry::new(sets, stride)
+            .filter(|g| sets > 0 && g.total as u64 == h(H_TOTAL))
+            .filter(|_| row_bytes > 0 && row_bytes.div_ceil(8) == stride as u64)
+            .ok_or_else(|| foreign("inconsistent header (sets, stride, length)".into()))?;
+        if len != geo.total as u64 * 8 {
+            return Err(foreign(format!(
+                "short file ({len} bytes, header says {})",
+                geo.total * 8
+            )));
+        }
+        if let Some(id) = id {
+            if [h(H_ID0), h(H_ID1)] != id.id || h(H_ROWS) != id.rows || row_bytes != id.row_bytes {
+                return Err(foreign("belongs to another table".into()));
+            }
+        }
+        drop(hmap);
+        let map = SharedWords::map(&f, geo.total).map_err(|error| SegmentError::Os {
+            path: path.to_path_buf(),
+            what: "mmap",
+            error,
+        })?;
+        Ok(Segment {
+            map,
+            path: path.to_path_buf(),
+            geo,
+            row_bytes: row_bytes as usize,
+            file_id: (meta.dev(), meta.ino()),
+            attach: None,
+            remove_on_detach: false,
+        })
+    }
+
+    fn word(&self, i: usize) -> &AtomicU64 {
+        &self.map.words()[i]
+    }
+
+    /// The segment file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Slots (rows the segment holds at most).
+    pub fn slots(&self) -> usize {
+        self.geo.slots()
+    }
+
+    /// Bytes of the segment.
+    pub fn bytes(&self) -> u64 {
+        self.geo.total as u64 * 8
+    }
+
+    /// True once `pleio cache rm` marked the segment removed.
+    pub fn removed(&self) -> bool {
+        self.word(H_REMOVED).load(Ordering::Acquire) != 0
+    }
+
+    /// Marks the segment removed (attached processes move on at their next
+    /// gather) and unlinks it.
+    pub fn remove(&self) -> std::io::Result<()> {
+        self.word(H_REMOVED).store(1, Ordering::Release);
+        std::fs::remove_file(&self.path)
+    }
+
+    /// Takes an entry of the attach table (a free one or a dead process's).
+    fn register(&mut self) {
+        let pid = u64::from(std::process::id());
+        for k in 0..ATTACH_SLOTS {
+            let w = self.word(H_ATTACH + k);
+            let cur = w.load(Ordering::Acquire);
+            let free = cur == 0 || !shm::process_alive(pid_of(cur));
+            if free && w.compare_exchange(cur, pid, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                self.attach = Some(k);
+                return;
+            }
+        }
+    }
+
+    /// Live attached processes.
+    pub fn attached(&self) -> Vec<u32> {
+        (0..ATTACH_SLOTS)
+            .map(|k| pid_of(self.word(H_ATTACH + k).load(Ordering::Acquire)))
+            .filter(|&p| p != 0 && shm::process_alive(p))
+            .collect()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> SegmentStats {
+        let c = |i| self.word(i).load(Ordering::Relaxed);
+        SegmentStats {
+            hits: c(C_HITS),
+            misses: c(C_MISSES),
+            reads: c(C_READS),
+            bytes_read: c(C_BYTES),
+            evictions: c(C_EVICTIONS),
+            waits: c(C_WAITS),
+            reclaims: c(C_RECLAIMS),
+            uncached: c(C_UNCACHED),
+        }
+    }
+
+    /// Adds a gather's counts to the counters.
+    pub fn count(&self, d: SegmentStats) {
+        for (i, v) in [
+            (C_HITS, d.hits),
+            (C_MISSES, d.misses),
+            (C_READS, d.reads),
+            (C_BYTES, d.bytes_read),
+            (C_EVICTIONS, d.evictions),
+            (C_WAITS, d.waits),
+            (C_RECLAIMS, d.reclaims),
+            (C_UNCACHED, d.uncached),
+        ] {
+            if v != 0 {
+                self.word(i).fetch_add(v, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// What `pleio cache ls` shows.
+    pub fn info(&self) -> SegmentInfo {
+        let h = |i: usize| self.word(i).load(Ordering::Relaxed);
+        let n = (h(H_LABEL) as usize).min(LABEL_BYTES);
+        let mut label = Vec::with_capacity(n);
+        for k in 0..n.div_ceil(8) {
+            label.extend_from_slice(&h(H_LABEL + 1 + k).to_le_bytes());
+        }
+        label.truncate(n);
+        let resident = (0..self.slots())
+            .filter(|&s| self.slot(s, 2).load(Ordering::Relaxed) == READY)
+            .count() as u64;
+        SegmentInfo {
+            path: self.path.clone(),
+            bytes: self.bytes(),
+            budget: h(H_BUDGET),
+            slots: self.slots() as u64,
+            resident,
+            row_bytes: self.row_bytes as u64,
+            rows: h(H_ROWS),
+            label: String::from_utf8_lossy(&label).into_owned(),
+            attached: self.attached(),
+            stats: self.stats(),
+        }
+    }
+
+    /// Word `k` (0 version, 1 row + 1, 2 state, 3 reference) of `slot`.
+    fn slot(&self, slot: usize, k: usize) -> &AtomicU64 {
+        self.word(self.geo.slots_at + slot * 4 + k)
+    }
+
+    fn payload(&self, slot: usize) -> &[AtomicU64] {
+        let at = self.geo.data_at + slot * self.geo.stride_words;
+        &self.map.words()[at..at + self.geo.stride_words]
+    }
+
+    /// Copies `slot`'s payload to `dst` (relaxed loads; whole words first,
+    /// so the copies have a constant length).
+    fn copy_out(&self, slot: usize, dst: &mut [u8]) {
+        let words = self.payload(slot);
+        let at = dst.len() / 8;
+        let mut full = dst.chunks_exact_mut(8);
+        for (w, d) in words.iter().zip(&mut full) {
+            d.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        let tail = full.into_remainder();
+        if !tail.is_empty() {
+            if let Some(w) = words.get(at) {
+                let b = w.load(Ordering::Relaxed).to_le_bytes();
+                tail.copy_from_slice(&b[..tail.len()]);
+            }
+        }
+    }
+
+    /// Reads `row` from `slot` if it holds it, consistently (seqlock).
+    /// `None`: the slot does not hold the row (now).
+    fn read_slot(&self, slot: usize, row: u64, dst: &mut [u8]) -> Option<()> {
+        let v = self.slot(slot, 0);
+        for _ in 0..READ_TRIES {
+            let v1 = v.load(Ordering::Acquire);
+            if v1 & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            if self.slot(slot, 2).load(Ordering::Relaxed) != READY
+                || self.slot(slot, 1).load(Ordering::Relaxed) != row.wrapping_add(1)
+            {
+                return None;
+            }
+            self.copy_out(slot, dst);
+            fence(Ordering::Acquire);
+            if v.load(Ordering::Relaxed) == v1 {
+                let r = self.slot(slot, 3);
+                if r.load(Ordering::Relaxed) == 0 {
+                    r.store(1, Ordering::Relaxed);
+                }
+                return Some(());
+            }
+        }
+        None
+    }
+
+    /// Brings the first slot of each row's set (and its payload) into the
+    /// CPU cache ahead of the probes: independent loads the CPU overlaps,
+    /// where the probes one by one would each wait for memory.
+    pub fn prefetch(&self, rows: impl Iterator<Item = u64>) {
+        let mut sink = 0u64;
+        for row in rows {
+            let s = set_of(row, self.geo.sets) * WAYS;
+            sink ^= self.slot(s, 1).load(Ordering::Relaxed);
+            sink ^= self.payload(s)[0].load(Ordering::Relaxed);
+        }
+        std::hint::black_box(sink);
+    }
+
+    /// Looks `row` up without any lock or system call.
+    pub fn lookup(&self, row: u64, dst: &mut [u8]) -> bool {
+        let base = set_of(row, self.geo.sets) * WAYS;
+        (base..base + WAYS).any(|s| {
+            self.slot(s, 1).load(Ordering::Relaxed) == row.wrapping_add(1)
+                && self.read_slot(s, row, dst).is_some()
+        })
+    }
+
+    /// Looks `row` up, and on a miss claims a slot for it (one claim per
+    /// row machine-wide: decided under the set's claim lock) or reports
+    /// the slot another process is filling it in.
+    pub fn probe(&self, row: u64, dst: &mut [u8], evicted: &mut u64) -> Probe {
+        if self.lookup(row, dst) {
+            return Probe::Hit;
+        }
+        let set = set_of(row, self.geo.sets);
+        let lock = self.word(self.geo.sets_at + set * 2);
+        let held = self.lock(lock);
+        let r = self.probe_locked(set, row, dst, evicted);
+        if held {
+            let _ = lock.compare_exchange(me(), 0, Ordering::Release, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// Takes a set's claim lock: waits for a live holder up to
+    /// [`LOCK_WAIT`], takes it from a dead one. False when it proceeds
+    /// without it.
+    fn lock(&self, lock: &AtomicU64) -> bool {
+        let me = me();
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let cur = lock.load(Ordering::Relaxed);
+            if cur == 0 || (spins > 64 && spins.is_multiple_of(64) && !shm::process_alive(pid_of(cur))) {
+                if lock
+                    .compare_exchange(cur, me, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return true;
+                }
+                continue;
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+                if start.elapsed() > LOCK_WAIT {
+                    return false;
+                }
+            }
+        }
+    }
+
+    fn probe_locked(&self, set: usize, row: u64, dst: &mut [u8], evicted: &mut u64) -> Probe {
+        let base = set * WAYS;
+        let want = row.wrapping_add(1);
+        for s in base..base + WAYS {
+            if self.slot(s, 1).load(Ordering::Acquire) != want {
+                continue;
+            }
+            let st = self.slot(s, 2).load(Ordering::Acquire);
+            match st & KIND {
+                READY if self.read_slot(s, row, dst).is_some() => return Probe::Hit,
+                FILLING if shm::process_alive(pid_of(st)) => {
+                    return Probe::Wait { slot: s, state: st };
+                }
+                _ => {}
+            }
+        }
+        // CLOCK over the set from its hand: take an empty, foreign or dead
+        // writer's slot, or an unreferenced row (clearing references on the
+        // way); two passes.
+        let hand = self.word(self.geo.sets_at + set * 2 + 1);
+        let start = hand.load(Ordering::Relaxed) as usize % WAYS;
+        for k in 0..2 * WAYS {
+            let s = base + (start + k) % WAYS;
+            let st = self.slot(s, 2).load(Ordering::Acquire);
+            let take = match st & KIND {
+                EMPTY => true,
+                READY if st == READY => {
+                    let r = self.slot(s, 3);
+                    if r.load(Ordering::Relaxed) == 0 {
+                        true
+                    } else {
+                        r.store(0, Ordering::Relaxed);
+                        false
+                    }
+                }
+                FILLING => !shm::process_alive(pid_of(st)),
+                // Garbage: nobody can be using it.
+                _ => true,
+            };
+            if take && self.claim(s, st, row) {
+                hand.store(((start + k + 1) % WAYS) as u64, Ordering::Relaxed);
+                if st == READY {
+                    *evicted += 1;
+                }
+                return Probe::Claimed(s);
+            }
+        }
+        Probe::Uncached
+    }
+
+    /// Takes `slot` (state `seen`) for `row`: the version goes odd before
+    /// the row id changes, so no reader takes the old bytes for the new row.
+    fn claim(&self, slot: usize, seen: u64, row: u64) -> bool {
+        let st = self.slot(slot, 2);
+        if st
+            .compare_exchange(seen, FILLING | me(), Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        let v = self.slot(slot, 0);
+        let cur = v.load(Ordering::Acquire);
+        if cur & 1 == 0 {
+            v.store(cur.wrapping_add(1), Ordering::Relaxed);
+        }
+        fence(Ordering::Release);
+        self.slot(slot, 3).store(0, Ordering::Relaxed);
+        self.slot(slot, 1).store(row.wrapping_add(1), Ordering::Release);
+        true
+    }
+
+    /// Stores `bytes` in `slot` (claimed by this thread) and makes it
+    /// readable. False if the slot is no longer ours (never, unless another
+    /// process wrote garbage into the segment).
+    pub fn publish(&self, slot: usize, bytes: &[u8]) -> bool {
+        let st = self.slot(slot, 2);
+        if st.load(Ordering::Acquire) != FILLING | me() {
+            return false;
+        }
+        for (w, c) in self.payload(slot).iter().zip(bytes.chunks(8)) {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            w.store(u64::from_le_bytes(b), Ordering::Relaxed);
+        }
+        let v = self.slot(slot, 0);
+        let cur = v.load(Ordering::Relaxed);
+        v.store((cur | 1).wrapping_add(1), Ordering::Release);
+        st.compare_exchange(FILLING | me(), READY, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Empties every ready slot (benchmarks' cold runs; `pleio cache`).
+    /// Slots being filled are left to their writers.
+    pub fn clear(&self) {
+        for s in 0..self.slots() {
+            if self.slot(s, 2).load(Ordering::Acquire) == READY && self.claim(s, READY, u64::MAX) {
+                self.abandon(s);
+            }
+        }
+    }
+
+    /// Gives back a claimed `slot` without a row.
+    pub fn abandon(&self, slot: usize) {
+        let st = self.slot(slot, 2);
+        if st.load(Ordering::Acquire) != FILLING | me() {
+            return;
+        }
+        self.slot(slot, 1).store(0, Ordering::Relaxed);
+        let v = self.slot(slot, 0);
+        let cur = v.load(Ordering::Relaxed);
+        v.store((cur | 1).wrapping_add(1), Ordering::Release);
+        let _ = st.compare_exchange(FILLING | me(), EMPTY, Ordering::Release, Ordering::Relaxed);
+    }
+
+    /// Waits for the process filling `slot` (seen in `state`) with `row`:
+    /// `Hit` once the row is there, `Claimed` if its writer died (the slot
+    /// is now ours), `Uncached` after [`FILL_WAIT`] or if the slot moved on
+    /// to something else (the caller probes again or reads the row).
+    pub fn wait(&self, slot: usize, state: u64, row: u64, dst: &mut [u8], reclaimed: &mut u64) -> Probe {
+        let start = Instant::now();
+        let mut nap = Duration::from_micros(20);
+        loop {
+            let st = self.slot(slot, 2).load(Ordering::Acquire);
+            if st == READY {
+                return if self.read_slot(slot, row, dst).is_some() {
+                    Probe::Hit
+                } else {
+                    Probe::Uncached
+                };
+            }
+            if st != state {
+                return Probe::Uncached;
+            }
+            if !shm::process_alive(pid_of(st)) {
+                if self.claim(slot, st, row) {
+                    *reclaimed += 1;
+                    return Probe::Claimed(slot);
+                }
+                continue;
+            }
+            if start.elapsed() > FILL_WAIT {
+                return Probe::Uncached;
+            }
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(1));
+        }
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        let Some(k) = self.attach else { return };
+        self.word(H_ATTACH + k).store(0, Ordering::Release);
+        if self.remove_on_detach && self.attached().is_empty() && !self.removed() {
+            // Only the file we mapped: a newer segment under the same name
+            // is someone else's.
+            if same_file(&self.path, self.file_id) {
+                let _ = self.remove();
+            }
+        }
+    }
+}
+
+/// True if `path` (not followed) is the file of device and inode `id`.
+fn same_file(path: &Path, id: (u64, u64)) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == id)
+}
+
+/// The segments in `dir` (files named `pleio-*`).
+pub fn list(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name();
+        if name.to_string_lossy().starts_with(PREFIX) {
+            v.push(e.path());
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_fits_the_budget_and_rejects_nonsense() {
+        for budget in [64u64 << 10, 1 << 20, 300_000_123] {
+            for rb in [1usize, 8, 90, 4096, 8960] {
+                let w = rb.div_ceil(8);
+                let one = Geometry::new(1, w).unwrap().total as u64 * 8;
+                let Some(g) = Geometry::for_budget(budget, w) else {
+                    assert!(one > budget, "{budget} holds a set of {rb} B rows");
+                    continue;
+                };
+                assert!(g.total as u64 * 8 <= budget);
+                assert!(g.data_at.is_multiple_of(512) && g.data_at >= g.slots_at + g.slots() * 4);
+            }
+        }
+        assert!(Geometry::for_budget(4096, 1024).is_none());
+        assert!(Geometry::new(usize::MAX / 2, 8).is_none());
+    }
+
+    #[test]
+    fn sets_are_in_range() {
+        for sets in [1usize, 3, 1000, 1 << 20] {
+            for row in [0u64, 1, 77, u64::MAX] {
+                assert!(set_of(row, sets) < sets);
+            }
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! `shared`: one row cache per machine, in a shared-memory segment every
+//! process serving the same table maps ([`crate::cache::segment`]).
+//!
+//! A gather sorts and deduplicates its ids and probes the segment for each
+//! distinct row: a hit is copied out under the slot's seqlock (no lock, no
+//! system call); a miss claims a slot (one claim per row machine-wide) and
+//! all claimed rows are read together exactly as `cached` reads its misses
+//! ([`super::cached::MissReader`]: the coalescer's block mode, `O_DIRECT`
+//! io_uring), then published. A row another process is reading is waited
+//! for (bounded; a dead writer's slot is taken over), then read privately
+//! if the wait gave nothing. Every row's bytes are collected first and
+//! written to the output last, so a failed read leaves it untouched.
+//!
+//! The segment is named by the table's identity (device, inode, size and
+//! modification time of every file holding rows, and the rows' geometry).
+//! Each gather looks at the files (`fstat`, as `cached`) and at the
+//! segment's removed flag; a change moves the handle to the segment of the
+//! table as it is now, so a rewritten table's rows never mix with the old.
+//!
+//! A build without shared memory (the no-op OS layer) serves `shared`
+//! from a private `cached` cache, flagged as a fallback.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::cached::{group_request, put_groups, Claimer, Claims, Group, MissReader};
+use super::direct::{with_scratch, Scratch};
+use super::{with_staged, GatherError, GatherStats, Staged, Table};
+use crate::cache::segment::{self, Identity, Probe, Segment, SegmentStats};
+use crate::cache::StagingPool;
+use crate::output::Out;
+
+/// Bytes of the per-process staging the misses are read into (more when
+/// one row's reads need it).
+const STAGING: usize = 4 << 20;
+
+/// A handle's shared-cache reader, made on first use.
+#[derive(Default)]
+pub(super) struct SharedCell {
+    reader: OnceLock<Result<Arc<SharedReader>, String>>,
+    /// Keep the segment when the last process detaches (set by
+    /// [`Table::keep_shared_cache`]; else `PLEIO_SHARED_KEEP=1`).
+    keep: std::sync::atomic::AtomicBool,
+}
+
+/// The reader of the misses, staging, and the segment attached to.
+pub(super) struct SharedReader {
+    miss: MissReader,
+    staging: StagingPool,
+    budget: u64,
+    seg: Mutex<Option<Arc<Segment>>>,
+}
+
+impl Claimer for Segment {
+    type Key = usize;
+    fn abandon(&self, slot: usize) {
+        Segment::abandon(self, slot);
+    }
+}
+
+fn setup(reason: impl std::fmt::Display) -> GatherError {
+    GatherError::Setup {
+        backend: "shared",
+        reason: reason.to_string(),
+    }
+}
+
+impl Table {
+    fn shared_reader(&self) -> Result<&SharedReader, GatherError> {
+        self.cache
+            .shared
+            .reader
+            .get_or_init(|| SharedReader::create(self, self.cache.budget).map(Arc::new))
+            .as_ref()
+            .map(|c| &**c)
+            .map_err(setup)
+    }
+
+    /// Keeps the machine-wide cache's segment when the last process
+    /// detaches (`pleio warm --strategy shared`); call before the first
+    /// gather.
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn keep_shared_cache(&self) {
+        self.cache
+            .shared
+            .keep
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Empties the machine-wide cache's segment, if this handle attached
+    /// one (every process sharing it starts cold).
+    pub(super) fn clear_shared(&self) {
+        if let Some(Ok(sr)) = self.cache.shared.reader.get() {
+            let seg = sr.seg.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(s) = seg.as_ref() {
+                s.clear();
+            }
+        }
+    }
+
+    /// The segment this handle's gathers use now (attached on first use).
+    #[cfg_attr(feature = "internals", visibility::make(pub))]
+    pub(crate) fn shared_segment(&self) -> Result<Arc<Segment>, GatherError> {
+        self.shared_reader()?.segment(self)
+    }
+
+    pub(super) fn gather_shared(
+        &self,
+        rows: &[u64],
+        out: &mut Out<'_>,
+        stats: &mut GatherStats,
+    ) -> Result<(), GatherError> {
+        if crate::sys::NOOP {
+            // No shared memory in this build: a private cache stands in.
+            stats.fallback = true;
+            return self.gather_cached(rows, out, stats);
+        }
+        let sr = self.shared_reader()?;
+        let seg = sr.segment(self)?;
+        with_scratch(|s| with_staged(|st| sr.gather(self, &seg, rows, out, s, st, stats)))
+    }
+}
+
+impl SharedReader {
+    fn create(t: &Table, budget: u64) -> Result<SharedReader, String> {
+        let miss = MissReader::open(t, "shared")?;
+        let layout = &t.shared.table;
+        let a = miss.align();
+        let parts = layout.parts().max(1);
+        let one = (layout.row_bytes() as usize + 2 * a * parts).div_ceil(a) * a;
+        Ok(SharedReader {
+            staging: StagingPool::new(STAGING.max(one).div_ceil(a) * a, a),
+            miss,
+            budget,
+            seg: Mutex::new(None),
+        })
+    }
+
+    /// The current segment: attached on first use, and again when a file
+    /// of the table changed or the segment was removed.
+    fn segment(&self, t: &Table) -> Result<Arc<Segment>, GatherError> {
+        let changed = self.miss.changed()?;
+        let mut cur = self.seg.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = cur.as_ref() {
+            if !changed && !s.removed() {
+                return Ok(s.clone());
+            }
+        }
+        *cur = None;
+        let s = Arc::new(self.attach(t)?);
+        *cur = Some(s.clone());
+        Ok(s)
+    }
+
+    fn attach(&self, t: &Table) -> Result<Segment, GatherError> {
+        let r = self.miss.reader();
+        let layout = &t.shared.table;
+        let files: Vec<&std::fs::File> = (0..r.files()).filter_map(|k| r.file(k)).collect();
+        let first = files
+            .first()
+            .ok_or_else(|| setup("the table has no file to read rows from"))?;
+        let mut geometry = String::new();
+        let _ = write!(geometry, "{}", layout.name());
+        for sh in layout.shards() {
+            let _ = write!(geometry, "|{},{},{}", sh.index, sh.row_start, sh.rows);
+            for p in &sh.parts {
+                let _ = write!(
+                    geometry,
+                    ";{},{},{},{}",
+                    p.tensor, p.file, p.offset, p.row_bytes
+                );
+            }
+        }
+        let id = Identity::new(
+            &files,
+            layout.rows(),
+            layout.row_bytes(),
+            geometry.as_bytes(),
+        )
+        .map_err(|error| GatherError::Read {
+            backend: "shared",
+            path: r.path(0).map(|p| p.to_path_buf()).unwrap_or_default(),
+            error: crate::io::IoError::Os {
+                what: "fstat",
+                error,
+            },
+        })?;
+        let label = format!(
+            "{} [{}]",
+            t.source_path().display(),
+            layout.name()
+        );
+        let keep = t.cache.shared.keep.load(std::sync::atomic::Ordering::Relaxed)
+            || std::env::var_os("PLEIO_SHARED_KEEP").is_some_and(|v| v != "0");
+        Segment::attach(
+            &segment::shm_dir(),
+            &id,
+            self.budget,
+            first,
+            &label,
+            !keep,
+        )
+        .map_err(setup)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gather(
+        &self,
+        t: &Table,
+        seg: &Segment,
+        rows: &[u64],
+        out: &mut Out<'_>,
+        s: &mut Scratch,
+        st: &mut Staged,
+        stats: &mut GatherStats,
+    ) -> Result<(), GatherError> {
+        let (rb, groups) = (t.row_bytes() as usize, group_request(t, s, st, rows, out)?);
+        let (reqs0, bytes0) = (stats.read_requests, stats.read_bytes);
+        let mut d = SegmentStats::default();
+        let mut claims = Claims::new(seg);
+        seg.prefetch(groups.iter().map(|g| g.row));
+        let mut claimed = Vec::new();
+        let mut waits = Vec::new();
+        let mut private = Vec::new();
+        for (u, g) in groups.iter().enumerate() {
+            let dst = &mut st.bytes[u * rb..(u + 1) * rb];
+            match seg.probe(g.row, dst, &mut d.evictions) {
+                Probe::Hit => d.hits += 1,
+                Probe::Claimed(slot) => {
+                    claims.keys.push(slot);
+                    claimed.push(u);
+                }
+                Probe::Wait { slot, state } => waits.push((u, slot, state)),
+                Probe::Uncached => private.push(u),
+            }
+        }
+        self.fill(t, &groups, &claimed, &mut claims, &mut st.bytes, stats)?;
+        // Rows other processes were reading: by now in, or their writer
+        // died (the slot is ours: read at once, so no claim is held while
+        // waiting for others, which could wait for it), or probed again
+        // after all the waits, and read ourselves.
+        claimed.clear();
+        let mut again = Vec::new();
+        for &(u, slot, state) in &waits {
+            d.waits += 1;
+            let row = groups[u].row;
+            let dst = &mut st.bytes[u * rb..(u + 1) * rb];
+            match seg.wait(slot, state, row, dst, &mut d.reclaims) {
+                Probe::Hit => d.hits += 1,
+                Probe::Claimed(slot) => {
+                    claims.keys.push(slot);
+                    self.fill(t, &groups, &[u], &mut claims, &mut st.bytes, stats)?;
+                }
+                _ => again.push(u),
+            }
+        }
+        for u in again {
+            let dst = &mut st.bytes[u * rb..(u + 1) * rb];
+            match seg.probe(groups[u].row, dst, &mut d.evictions) {
+                Probe::Hit => d.hits += 1,
+                Probe::Claimed(slot) => {
+                    claims.keys.push(slot);
+                    claimed.push(u);
+                }
+                _ => private.push(u),
+            }
+        }
+        self.fill(t, &groups, &claimed, &mut claims, &mut st.bytes, stats)?;
+        if !private.is_empty() {
+            private.sort_unstable();
+            d.uncached = private.len() as u64;
+            let mut staging = self.staging.take();
+            self.miss.read_groups(
+                t,
+                &groups,
+                &private,
+                staging.bytes(),
+                Some(&mut st.bytes),
+                stats,
+                &mut |_, _, _| false,
+            )?;
+        }
+        d.misses = stats.cache_misses - d.uncached;
+        d.reads = stats.read_requests - reqs0;
+        d.bytes_read = stats.read_bytes - bytes0;
+        stats.cache_hits += d.hits;
+        stats.cache_evictions += d.evictions;
+        seg.count(d);
+        put_groups(out, &s.order, &groups, &st.bytes, rb, &t.decoder)?;
+        Ok(())
+    }
+
+    /// Reads the rows `groups[u]`, `u` in `claimed` (ascending; their slots
+    /// the last of `claims`), copies each to staging and publishes it.
+    fn fill(
+        &self,
+        t: &Table,
+        groups: &[Group],
+        claimed: &[usize],
+        claims: &mut Claims<'_, Segment>,
+        bytes: &mut [u8],
+        stats: &mut GatherStats,
+    ) -> Result<(), GatherError> {
+        if claimed.is_empty() {
+            return Ok(());
+        }
+        let mut staging = self.staging.take();
+        let first = claims.filled;
+        self.miss.read_groups(
+            t,
+            groups,
+            claimed,
+            staging.bytes(),
+            Some(bytes),
+            stats,
+            &mut |j, _, b| {
+                claims.cache.publish(claims.keys[first + j], b);
+                claims.filled += 1;
+                false
+            },
+        )
+    }
+}

@@ -1,0 +1,111 @@
+//! Shared-memory segments for the machine-wide row cache: a file opened
+//! without following symlinks, checked to be a regular file, and mapped
+//! read-write and shared, seen as an array of 64-bit atomic words (every
+//! byte another process may write is read through an atomic, so a torn or
+//! racing write is a wrong value the caller validates, never undefined
+//! behaviour).
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
+
+use super::MemRun;
+
+/// A whole file mapped read-write and shared, as 64-bit atomic words.
+pub struct SharedWords {
+    ptr: NonNull<AtomicU64>,
+    words: usize,
+}
+
+// SAFETY: the mapping is owned by this value and only ever accessed through
+// `&[AtomicU64]`, which is `Send + Sync`.
+unsafe impl Send for SharedWords {}
+// SAFETY: as above.
+unsafe impl Sync for SharedWords {}
+
+impl SharedWords {
+    /// Maps the first `words` 64-bit words of `file` read-write and shared.
+    /// The caller checked the file is at least that long (a file shrunk
+    /// later by someone who may write it raises `SIGBUS` on access).
+    pub fn map(file: &File, words: usize) -> io::Result<SharedWords> {
+        let len = words
+            .checked_mul(8)
+            .filter(|&l| l > 0 && l <= isize::MAX as usize)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "bad segment length"))?;
+        if super::NOOP {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "shared-memory row caches are not available in this build",
+            ));
+        }
+        let ptr = super::base::map_shared(file, len, true)?;
+        let ptr = NonNull::new(ptr.cast::<AtomicU64>())
+            .ok_or_else(|| io::Error::other("mmap returned a null pointer"))?;
+        Ok(SharedWords { ptr, words })
+    }
+
+    /// The mapped words.
+    pub fn words(&self) -> &[AtomicU64] {
+        // SAFETY: `ptr` is a live mapping of `words * 8` bytes, page-aligned
+        // (so aligned for `AtomicU64`), readable and writable, unmapped only
+        // in `drop`; any bit pattern is a valid `AtomicU64`, and all access
+        // is atomic, so writes by other processes are not data races.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.words) }
+    }
+}
+
+impl Drop for SharedWords {
+    fn drop(&mut self) {
+        let run = MemRun {
+            addr: self.ptr.as_ptr() as usize,
+            len: self.words * 8,
+        };
+        // SAFETY: the whole mapping made in `map`, owned by `self`; no
+        // reference into it outlives `self` (`words` borrows `self`).
+        let _ = unsafe { super::base::unmap(run) };
+    }
+}
+
+/// Opens an existing segment read-write, never following a symlink in its
+/// last component, without blocking, and only if it is a regular file.
+pub fn open_segment(path: &Path) -> io::Result<File> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    regular(f)
+}
+
+/// Creates a new segment file (`O_EXCL`, never following a symlink) with
+/// permission bits `mode`.
+pub fn create_segment(path: &Path, mode: u32) -> io::Result<File> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    regular(f)
+}
+
+fn regular(f: File) -> io::Result<File> {
+    let ty = f.metadata()?.file_type();
+    if !ty.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("is {}, not a regular file", super::file_kind(&ty)),
+        ));
+    }
+    Ok(f)
+}
+
+/// True unless process `pid` is known not to exist (`kill(pid, 0)` says
+/// `ESRCH`); a process we may not signal counts as alive.
+pub fn process_alive(pid: u32) -> bool {
+    super::adv::process_alive(pid)
+}
