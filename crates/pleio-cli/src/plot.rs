@@ -26,9 +26,10 @@ const STRIP_SIZE: (u32, u32) = (960, 260);
 const FONT: &str = "sans-serif";
 
 /// Series colours: the Okabe-Ito palette (distinguishable with colour
-/// blindness), black kept for the `limit` line, plus an olive and a
-/// violet so every strategy of a build has its own colour.
-const PALETTE: [RGBColor; 8] = [
+/// blindness), black kept for the `limit` line, plus an olive, a violet,
+/// a crimson and a slate so every strategy of a build, and the warm
+/// charts' `limit-warm`, has its own colour.
+const PALETTE: [RGBColor; 10] = [
     RGBColor(0, 114, 178),
     RGBColor(213, 94, 0),
     RGBColor(0, 158, 115),
@@ -37,6 +38,8 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(86, 180, 233),
     RGBColor(140, 140, 40),
     RGBColor(110, 70, 200),
+    RGBColor(170, 30, 60),
+    RGBColor(90, 110, 120),
 ];
 
 /// Legend and line label of the `limit` reference line: the floor runs at
@@ -420,7 +423,8 @@ mod tests {
 
     #[test]
     fn every_strategy_has_its_own_colour_and_the_limit_label_its_depths() {
-        let n = pleio::Strategy::ALL.len();
+        // Every strategy and the warm charts' `limit-warm` series.
+        let n = pleio::Strategy::ALL.len() + 1;
         let colours: std::collections::HashSet<(u8, u8, u8)> =
             (0..n).map(color).map(|c| (c.0, c.1, c.2)).collect();
         assert_eq!(colours.len(), n, "two strategies share a colour");
