@@ -286,26 +286,55 @@ def bench(*paths):
 
 
 def warm_floor(*paths):
-    """Warm `pleio bench --cold none` reports (one per table and dtype) against
-    their warm floor (`limit-warm`): per batch size each strategy's median and
-    fastest gather, and `auto`'s ratios to the floor's."""
-    head = ["table", "dtype", "rows", "fault", "auto", "cached", "limit-warm",
-            "auto / limit-warm (median)", "auto / limit-warm (fastest)"]
-    out = ["Median and fastest gather (us, median / fastest) of each arm.", "",
-           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    """Warm `pleio bench --cold none` reports (one per table and dtype): per
+    batch size each strategy's median and fastest gather (the fastest where
+    the report has it), the warm floor (`limit-warm`) last, and `auto`'s
+    ratios to the floor where both are there."""
     reps = [load(p) for p in paths]
+    names = []
+    for rep in reps:
+        for a in rep["arms"]:
+            if not a["cold"] and a["strategy"] not in names + ["limit-warm"]:
+                names.append(a["strategy"])
+    names.append("limit-warm")
+    head = ["table", "dtype", "rows"] + names + ["auto / limit-warm (median)", "auto / limit-warm (fastest)"]
+    out = ["Median / fastest gather of each arm, us.", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for rep in reps:
         t = rep["table"]
-        name = f"{t['type']} {t['bytes'] / 2**30:.2f} GiB"
-        for rows in sorted({a["rows"] for a in rep["arms"]}):
+        name = f"{t['type']} {t['bytes'] / 2**30:.2f} GiB" if t["bytes"] >= 2**30 else f"{t['type']} {t['bytes'] / 2**20:.1f} MiB"
+        for rows in sorted({a["rows"] for a in rep["arms"] if not a["cold"]}):
             by = {a["strategy"]: a for a in rep["arms"] if a["rows"] == rows and not a["cold"]}
-            cell = lambda s: (f"{by[s]['median_us']:.1f} / {by[s]['min_us']:.1f}" if s in by else "-")
-            fl, auto = by.get("limit-warm"), by.get("auto")
-            ratio = lambda k: f"{auto[k] / fl[k]:.2f}x" if fl and auto and fl[k] else "-"
+
+            def cell(s):
+                if s not in by:
+                    return "-"
+                fast = by[s].get("min_us")
+                return f"{by[s]['median_us']:.1f}" + (f" / {fast:.1f}" if fast is not None else "")
+
+            def ratio(k):
+                fl, auto = by.get("limit-warm"), by.get("auto")
+                if not fl or not auto or not fl.get(k) or auto.get(k) is None:
+                    return "-"
+                return f"{auto[k] / fl[k]:.2f}x"
+
             out.append("| " + " | ".join([name, rep.get("dtype", "f32"), str(rows)]
-                                         + [cell(s) for s in ("fault", "auto", "cached", "limit-warm")]
+                                         + [cell(s) for s in names]
                                          + [ratio("median_us"), ratio("min_us")]) + " |")
     return "\n".join(out) + "\n\n" + "\n\n".join(made_by(p, r) for p, r in zip(paths, reps))
+
+
+def shared_cold(path):
+    """`scripts/shared_cold.py --report`: each process's cold gather and the
+    segment's device reads, one process then N at once, per run."""
+    rep = load(path)
+    out = [f"Each run: the same {rep['rows']} cold rows gathered by 1 process, then by N at once.", "",
+           "| run | processes | each process's gather (ms) | device reads | rows read | waits |",
+           "|---|---:|---|---:|---:|---:|"]
+    for r in rep["runs"]:
+        out.append(f"| {r['run']} | {r['procs']} | {' '.join(f'{t:.2f}' for t in r['times_ms'])} | "
+                   f"{r['reads']} | {r['rows_read']} | {r['waits']} |")
+    return with_footer(path, "\n".join(out), rep)
 
 
 def replay(path):
@@ -586,7 +615,7 @@ RENDERERS = {"torch": torch_table, "transformers-rss": transformers_rss, "vllm-r
              "rivals": rivals_table, "rivals-setup": rivals_setup, "rivals-probes": rivals_probes,
              "rivals-rowids": rivals_rowids, "rivals-formats": lambda path: rivals_probes(path, "formats"),
              "engine-rss": engine_rss, "llama-speed": llama_speed,
-             "warm-floor": warm_floor}
+             "warm-floor": warm_floor, "shared-cold": shared_cold}
 
 
 def run(cmd):
