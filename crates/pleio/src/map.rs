@@ -387,25 +387,13 @@ impl Mapping {
     /// CPUs without the instruction, are ignored.
     #[inline]
     pub(crate) fn prefetch(&self, offset: u64, len: u64) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let Some(end) = offset.checked_add(len).filter(|&e| e <= self.len as u64) else {
-                return;
-            };
-            let mut at = offset;
-            let mut lines = 0;
-            while at < end && lines < PREFETCH_LINES {
-                // SAFETY: `at` is inside the mapping (`at < end <= len`), so
-                // the pointer stays inside its allocation; a prefetch reads
-                // nothing architecturally and cannot fault.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(self.ptr.add(at as usize).cast::<i8>()) };
-                at = (at | 63) + 1;
-                lines += 1;
-            }
+        if offset.checked_add(len).is_some_and(|e| e <= self.len as u64) {
+            sys::prefetch_lines(
+                self.ptr.wrapping_add(offset as usize),
+                len as usize,
+                PREFETCH_LINES as usize,
+            );
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (offset, len);
     }
 
     /// [`Mapping::copy_rows`] within a gather's guard `scope`.

@@ -444,3 +444,72 @@ fn a_truncated_table_is_an_error_never_old_rows() {
     assert_eq!(raw(&shared, &head), before[..n].to_vec());
     assert_ne!(shared.shared_segment().unwrap().path(), seg1);
 }
+
+/// Shrinks the segment file at `p` (whatever is there now) to `len`, if
+/// it is longer (never grows it: a zero-filled file is a foreign one).
+fn shrink(p: &Path, len: u64) {
+    if let Ok(f) = std::fs::OpenOptions::new().write(true).open(p) {
+        if f.metadata().is_ok_and(|m| m.len() > len) {
+            let _ = f.set_len(len);
+        }
+    }
+}
+
+#[test]
+fn a_segment_shrunk_by_a_co_reader_is_survived_by_every_process() {
+    need_shm!();
+    const NAME: &str = "a_segment_shrunk_by_a_co_reader_is_survived_by_every_process";
+    if child() {
+        return;
+    }
+    let fx = Fixture::qwen(20_000, 36);
+    let path = fx.file.path();
+    let shared = open(path, Strategy::Shared);
+    if shared.sigbus_guard() != pleio::SigbusGuard::Active {
+        pleio_testkit::skip!("no SIGBUS guard on this target");
+    }
+    let pread = open(path, Strategy::Pread);
+    let rows: Vec<u64> = (0..2000).map(|r| r * 9 % 20_000).collect();
+    let good = raw(&pread, &rows);
+    assert_eq!(raw(&shared, &rows), good);
+    let seg = shared.shared_segment().unwrap();
+    let p = seg.path().to_path_buf();
+    // Any process that may write the segment can shrink it: the next
+    // access here raises SIGBUS, which loses the mapping, not the process;
+    // the rows of that gather come from the device.
+    for len in [4096, 0] {
+        shrink(&p, len);
+        assert_eq!(raw(&shared, &rows), good, "shrunk to {len}");
+        let lost = shared.shared_segment().unwrap();
+        assert_eq!(raw(&shared, &rows), good, "shrunk to {len}");
+        let new = shared.shared_segment().unwrap();
+        assert!(!new.lost() && new.bytes() == seg.bytes(), "a fresh segment");
+        assert_eq!(raw(&shared, &rows), good);
+        assert!(new.stats().hits >= rows.len() as u64, "{:?}", new.stats());
+        drop(lost);
+    }
+    assert!(seg.lost());
+    // Children gathering while the segment is shrunk again and again:
+    // every row they get is exact (a wrong row exits 101), none dies.
+    let mut kids: Vec<Child> = (0..3).map(|k| spawn(NAME, path, k, "gather")).collect();
+    let mut rng = Rng::new(9);
+    let mut running = kids.len();
+    while running > 0 {
+        std::thread::sleep(Duration::from_millis(2 + rng.below(8)));
+        shrink(&p, [0, 4096, 1 << 16][rng.below(3) as usize]);
+        running = kids
+            .iter_mut()
+            .map(|c| c.try_wait().unwrap().is_none())
+            .filter(|&alive| alive)
+            .count();
+    }
+    for c in kids {
+        wait_ok(c);
+    }
+    assert_eq!(raw(&shared, &rows), good);
+    // A segment shrunk after its last reader left stays behind (its last
+    // detach removes only the file it attached): this table's is removed
+    // here, so a bare `cargo test` leaves nothing in /dev/shm.
+    drop((shared, seg));
+    let _ = std::fs::remove_file(&p);
+}

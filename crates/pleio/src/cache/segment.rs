@@ -9,11 +9,13 @@
 //!   identity, counters, an attach table of pids and a label;
 //! - per set of [`WAYS`] slots, two words: the set's claim lock (the
 //!   holder's pid and thread token, 0 when free) and its CLOCK hand;
-//! - per slot, four words: the seqlock version (odd while a writer owns
-//!   the slot), the row id + 1 (0: none), the state (empty, ready, or
-//!   filling by pid and thread token) and the CLOCK reference bit;
-//! - the data area from a page boundary: per slot one row's stored bytes
-//!   in a stride of whole words.
+//! - per set, from a 64-byte boundary, its slots' tags: the row id + 1 of
+//!   each (0: none), 8 words, one cache line, so a lookup reads one line;
+//! - the slot area from a page boundary: per slot, three words, the seqlock
+//!   version (odd while a writer owns the slot), the state (empty, ready,
+//!   or filling by pid and thread token) and the CLOCK reference bit, then
+//!   the row's stored bytes in whole words, so a hit reads the tag line
+//!   and its slot's consecutive words (two pages, not three).
 //!
 //! The segment's geometry is fixed at creation from the budget of the
 //! process that made it: one budget per machine.
@@ -29,7 +31,7 @@ use crate::sys::shm::{self, SharedWords};
 /// "PLEIOSHM" little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PLEIOSHM");
 /// The segment layout's version.
-pub const VERSION: u64 = 1;
+pub const VERSION: u64 = 2;
 /// Slots per set (rows map to a set by hash; a set is searched whole).
 pub const WAYS: usize = 8;
 /// Words of the header.
@@ -62,6 +64,9 @@ const H_ATTACH: usize = 32;
 pub const ATTACH_SLOTS: usize = 64;
 const H_LABEL: usize = 96;
 const LABEL_BYTES: usize = 8 * (HEADER_WORDS - H_LABEL - 1);
+
+/// Words before a slot's row bytes: version, state, reference bit.
+const SLOT_META: usize = 3;
 
 const EMPTY: u64 = 0;
 const READY: u64 = 1 << 62;
@@ -187,7 +192,7 @@ struct Geometry {
     sets: usize,
     stride_words: usize,
     sets_at: usize,
-    slots_at: usize,
+    tags_at: usize,
     data_at: usize,
     total: usize,
 }
@@ -196,16 +201,17 @@ impl Geometry {
     fn new(sets: usize, stride_words: usize) -> Option<Geometry> {
         let slots = sets.checked_mul(WAYS)?;
         let sets_at = HEADER_WORDS;
-        let slots_at = sets_at.checked_add(sets.checked_mul(2)?)?;
-        let end = slots_at.checked_add(slots.checked_mul(4)?)?;
-        // The data area starts on a 4 KiB boundary.
+        // Each set's tags in one 64-byte line.
+        let tags_at = sets_at.checked_add(sets.checked_mul(2)?)?.checked_add(7)? / 8 * 8;
+        let end = tags_at.checked_add(slots)?;
+        // The slot area starts on a 4 KiB boundary.
         let data_at = end.checked_add(511)? / 512 * 512;
-        let total = data_at.checked_add(slots.checked_mul(stride_words)?)?;
+        let total = data_at.checked_add(slots.checked_mul(SLOT_META.checked_add(stride_words)?)?)?;
         (total <= (isize::MAX as usize) / 8).then_some(Geometry {
             sets,
             stride_words,
             sets_at,
-            slots_at,
+            tags_at,
             data_at,
             total,
         })
@@ -213,7 +219,7 @@ impl Geometry {
 
     /// The most sets `budget` bytes hold for rows of `stride_words`.
     fn for_budget(budget: u64, stride_words: usize) -> Option<Geometry> {
-        let per_set = (2 + WAYS * 4 + WAYS * stride_words) as u64 * 8;
+        let per_set = (2 + WAYS + WAYS * (SLOT_META + stride_words)) as u64 * 8;
         let mut sets = (budget.saturating_sub((HEADER_WORDS as u64 + 512) * 8) / per_set) as usize;
         while sets > 0 {
             match Geometry::new(sets, stride_words) {
@@ -349,26 +355,34 @@ impl Segment {
         let path = dir.join(id.file_name());
         for _ in 0..8 {
             match shm::open_segment(&path) {
-                Ok(f) => match Segment::validate(f, &path, Some(id)) {
-                    Ok(mut s) => {
-                        s.remove_on_detach = remove_on_detach;
-                        s.register();
-                        // Removed between our open and our registration:
-                        // find or make the current one.
-                        if s.removed() || !same_file(&path, s.file_id) {
-                            // Dropping detaches without removing.
-                            s.remove_on_detach = false;
+                Ok(f) => {
+                    let meta = fstat(&f, &path)?;
+                    match Segment::validate(f, &meta, &path, Some(id)) {
+                        Ok(mut s) => {
+                            s.remove_on_detach = remove_on_detach;
+                            s.register();
+                            // Removed (or shrunk) between our open and our
+                            // registration: find or make the current one.
+                            if s.removed() || s.lost() || !same_file(&path, s.file_id) {
+                                // Dropping detaches without removing.
+                                s.remove_on_detach = false;
+                                continue;
+                            }
+                            return Ok(s);
+                        }
+                        // Segments are linked into place whole, so a short
+                        // one was shrunk by someone: it serves no one.
+                        // Remove it (if it is still the file we looked at)
+                        // and make a new one.
+                        Err(SegmentError::Foreign { reason, .. }) if reason.starts_with("short") => {
+                            if same_file(&path, (meta.dev(), meta.ino())) {
+                                let _ = std::fs::remove_file(&path);
+                            }
                             continue;
                         }
-                        return Ok(s);
+                        Err(e) => return Err(e),
                     }
-                    // Being unlinked or a short file: wait for it to go.
-                    Err(SegmentError::Foreign { reason, .. }) if reason.starts_with("short") => {
-                        std::thread::sleep(Duration::from_millis(1));
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                },
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(error) => {
                     return Err(SegmentError::Os {
@@ -489,21 +503,22 @@ impl Segment {
             what: "open",
             error,
         })?;
-        Segment::validate(f, path, None)
+        let meta = fstat(&f, path)?;
+        Segment::validate(f, &meta, path, None)
     }
 
     /// Maps `f` and checks every header field the geometry depends on, and
-    /// the identity when given.
-    fn validate(f: File, path: &Path, id: Option<&Identity>) -> Result<Segment, SegmentError> {
+    /// the identity when given (`meta`: `f`'s).
+    fn validate(
+        f: File,
+        meta: &std::fs::Metadata,
+        path: &Path,
+        id: Option<&Identity>,
+    ) -> Result<Segment, SegmentError> {
         let foreign = |reason: String| SegmentError::Foreign {
             path: path.to_path_buf(),
             reason,
         };
-        let meta = f.metadata().map_err(|error| SegmentError::Os {
-            path: path.to_path_buf(),
-            what: "fstat",
-            error,
-        })?;
         let len = meta.len();
         if len < HEADER_WORDS as u64 * 8 {
             return Err(foreign(format!("short file ({len} bytes): not a segment")));
@@ -514,6 +529,14 @@ impl Segment {
             error,
         })?;
         let h = |i: usize| hmap.words()[i].load(Ordering::Acquire);
+        // Shrunk under us: the header now reads as zeros.
+        let foreign = |reason: String| {
+            foreign(if hmap.lost() {
+                "short file (shrunk while being opened)".into()
+            } else {
+                reason
+            })
+        };
         if h(H_MAGIC) != MAGIC {
             return Err(foreign("no pleio segment magic".into()));
         }
@@ -575,6 +598,13 @@ impl Segment {
     /// Bytes of the segment.
     pub fn bytes(&self) -> u64 {
         self.geo.total as u64 * 8
+    }
+
+    /// True once another process shrank the segment file under this
+    /// mapping (it now reads as zeros: nothing is served from it, and the
+    /// next gather attaches a new segment).
+    pub fn lost(&self) -> bool {
+        self.map.lost()
     }
 
     /// True once `pleio cache rm` marked the segment removed.
@@ -654,7 +684,7 @@ impl Segment {
         }
         label.truncate(n);
         let resident = (0..self.slots())
-            .filter(|&s| self.slot(s, 2).load(Ordering::Relaxed) == READY)
+            .filter(|&s| self.state(s).load(Ordering::Relaxed) == READY)
             .count() as u64;
         SegmentInfo {
             path: self.path.clone(),
@@ -670,13 +700,33 @@ impl Segment {
         }
     }
 
-    /// Word `k` (0 version, 1 row + 1, 2 state, 3 reference) of `slot`.
-    fn slot(&self, slot: usize, k: usize) -> &AtomicU64 {
-        self.word(self.geo.slots_at + slot * 4 + k)
+    /// `slot`'s seqlock version (odd while its payload is written).
+    fn version(&self, slot: usize) -> &AtomicU64 {
+        self.word(self.slot_at(slot))
+    }
+
+    /// `slot`'s tag: its row id + 1 (0: none), in the tag line of its set.
+    fn tag(&self, slot: usize) -> &AtomicU64 {
+        self.word(self.geo.tags_at + slot)
+    }
+
+    /// `slot`'s state (free, being filled, ready, or a claimant's token).
+    fn state(&self, slot: usize) -> &AtomicU64 {
+        self.word(self.slot_at(slot) + 1)
+    }
+
+    /// `slot`'s reference bit for the clock sweep.
+    fn referenced(&self, slot: usize) -> &AtomicU64 {
+        self.word(self.slot_at(slot) + 2)
+    }
+
+    /// The first word of `slot` in the slot area.
+    fn slot_at(&self, slot: usize) -> usize {
+        self.geo.data_at + slot * (SLOT_META + self.geo.stride_words)
     }
 
     fn payload(&self, slot: usize) -> &[AtomicU64] {
-        let at = self.geo.data_at + slot * self.geo.stride_words;
+        let at = self.slot_at(slot) + SLOT_META;
         &self.map.words()[at..at + self.geo.stride_words]
     }
 
@@ -701,22 +751,22 @@ impl Segment {
     /// Reads `row` from `slot` if it holds it, consistently (seqlock).
     /// `None`: the slot does not hold the row (now).
     fn read_slot(&self, slot: usize, row: u64, dst: &mut [u8]) -> Option<()> {
-        let v = self.slot(slot, 0);
+        let v = self.version(slot);
         for _ in 0..READ_TRIES {
             let v1 = v.load(Ordering::Acquire);
             if v1 & 1 == 1 {
                 std::hint::spin_loop();
                 continue;
             }
-            if self.slot(slot, 2).load(Ordering::Relaxed) != READY
-                || self.slot(slot, 1).load(Ordering::Relaxed) != row.wrapping_add(1)
+            if self.state(slot).load(Ordering::Relaxed) != READY
+                || self.tag(slot).load(Ordering::Relaxed) != row.wrapping_add(1)
             {
                 return None;
             }
             self.copy_out(slot, dst);
             fence(Ordering::Acquire);
             if v.load(Ordering::Relaxed) == v1 {
-                let r = self.slot(slot, 3);
+                let r = self.referenced(slot);
                 if r.load(Ordering::Relaxed) == 0 {
                     r.store(1, Ordering::Relaxed);
                 }
@@ -726,24 +776,39 @@ impl Segment {
         None
     }
 
-    /// Brings the first slot of each row's set (and its payload) into the
-    /// CPU cache ahead of the probes: independent loads the CPU overlaps,
-    /// where the probes one by one would each wait for memory.
-    pub fn prefetch(&self, rows: impl Iterator<Item = u64>) {
-        let mut sink = 0u64;
-        for row in rows {
-            let s = set_of(row, self.geo.sets) * WAYS;
-            sink ^= self.slot(s, 1).load(Ordering::Relaxed);
-            sink ^= self.payload(s)[0].load(Ordering::Relaxed);
-        }
-        std::hint::black_box(sink);
+    /// Software-prefetches the tag line of `row`'s set (where
+    /// [`Segment::find`] looks), for a find a few rows later.
+    #[inline]
+    pub fn prefetch_set(&self, row: u64) {
+        self.map
+            .prefetch(self.geo.tags_at + set_of(row, self.geo.sets) * WAYS, WAYS);
+    }
+
+    /// The slot whose row id is `row`'s, if any (not yet checked to be
+    /// ready), with its payload software-prefetched for a
+    /// [`Segment::read`] a few rows later.
+    #[inline]
+    pub fn find(&self, row: u64) -> Option<usize> {
+        let base = set_of(row, self.geo.sets) * WAYS;
+        let want = row.wrapping_add(1);
+        let s = (base..base + WAYS).find(|&s| self.tag(s).load(Ordering::Relaxed) == want)?;
+        self.map
+            .prefetch(self.slot_at(s), SLOT_META + self.geo.stride_words);
+        Some(s)
+    }
+
+    /// Copies `row` out of `slot` (from [`Segment::find`]) if the slot
+    /// still holds it, ready and consistent; false otherwise (then
+    /// [`Segment::probe`] it).
+    pub fn read(&self, slot: usize, row: u64, dst: &mut [u8]) -> bool {
+        slot < self.slots() && self.read_slot(slot, row, dst).is_some()
     }
 
     /// Looks `row` up without any lock or system call.
     pub fn lookup(&self, row: u64, dst: &mut [u8]) -> bool {
         let base = set_of(row, self.geo.sets) * WAYS;
         (base..base + WAYS).any(|s| {
-            self.slot(s, 1).load(Ordering::Relaxed) == row.wrapping_add(1)
+            self.tag(s).load(Ordering::Relaxed) == row.wrapping_add(1)
                 && self.read_slot(s, row, dst).is_some()
         })
     }
@@ -799,10 +864,10 @@ impl Segment {
         let base = set * WAYS;
         let want = row.wrapping_add(1);
         for s in base..base + WAYS {
-            if self.slot(s, 1).load(Ordering::Acquire) != want {
+            if self.tag(s).load(Ordering::Acquire) != want {
                 continue;
             }
-            let st = self.slot(s, 2).load(Ordering::Acquire);
+            let st = self.state(s).load(Ordering::Acquire);
             match st & KIND {
                 READY if self.read_slot(s, row, dst).is_some() => return Probe::Hit,
                 FILLING if shm::process_alive(pid_of(st)) => {
@@ -818,11 +883,11 @@ impl Segment {
         let start = hand.load(Ordering::Relaxed) as usize % WAYS;
         for k in 0..2 * WAYS {
             let s = base + (start + k) % WAYS;
-            let st = self.slot(s, 2).load(Ordering::Acquire);
+            let st = self.state(s).load(Ordering::Acquire);
             let take = match st & KIND {
                 EMPTY => true,
                 READY if st == READY => {
-                    let r = self.slot(s, 3);
+                    let r = self.referenced(s);
                     if r.load(Ordering::Relaxed) == 0 {
                         true
                     } else {
@@ -848,21 +913,21 @@ impl Segment {
     /// Takes `slot` (state `seen`) for `row`: the version goes odd before
     /// the row id changes, so no reader takes the old bytes for the new row.
     fn claim(&self, slot: usize, seen: u64, row: u64) -> bool {
-        let st = self.slot(slot, 2);
+        let st = self.state(slot);
         if st
             .compare_exchange(seen, FILLING | me(), Ordering::AcqRel, Ordering::Relaxed)
             .is_err()
         {
             return false;
         }
-        let v = self.slot(slot, 0);
+        let v = self.version(slot);
         let cur = v.load(Ordering::Acquire);
         if cur & 1 == 0 {
             v.store(cur.wrapping_add(1), Ordering::Relaxed);
         }
         fence(Ordering::Release);
-        self.slot(slot, 3).store(0, Ordering::Relaxed);
-        self.slot(slot, 1).store(row.wrapping_add(1), Ordering::Release);
+        self.referenced(slot).store(0, Ordering::Relaxed);
+        self.tag(slot).store(row.wrapping_add(1), Ordering::Release);
         true
     }
 
@@ -870,7 +935,7 @@ impl Segment {
     /// readable. False if the slot is no longer ours (never, unless another
     /// process wrote garbage into the segment).
     pub fn publish(&self, slot: usize, bytes: &[u8]) -> bool {
-        let st = self.slot(slot, 2);
+        let st = self.state(slot);
         if st.load(Ordering::Acquire) != FILLING | me() {
             return false;
         }
@@ -879,7 +944,7 @@ impl Segment {
             b[..c.len()].copy_from_slice(c);
             w.store(u64::from_le_bytes(b), Ordering::Relaxed);
         }
-        let v = self.slot(slot, 0);
+        let v = self.version(slot);
         let cur = v.load(Ordering::Relaxed);
         v.store((cur | 1).wrapping_add(1), Ordering::Release);
         st.compare_exchange(FILLING | me(), READY, Ordering::Release, Ordering::Relaxed)
@@ -890,7 +955,7 @@ impl Segment {
     /// Slots being filled are left to their writers.
     pub fn clear(&self) {
         for s in 0..self.slots() {
-            if self.slot(s, 2).load(Ordering::Acquire) == READY && self.claim(s, READY, u64::MAX) {
+            if self.state(s).load(Ordering::Acquire) == READY && self.claim(s, READY, u64::MAX) {
                 self.abandon(s);
             }
         }
@@ -898,12 +963,12 @@ impl Segment {
 
     /// Gives back a claimed `slot` without a row.
     pub fn abandon(&self, slot: usize) {
-        let st = self.slot(slot, 2);
+        let st = self.state(slot);
         if st.load(Ordering::Acquire) != FILLING | me() {
             return;
         }
-        self.slot(slot, 1).store(0, Ordering::Relaxed);
-        let v = self.slot(slot, 0);
+        self.tag(slot).store(0, Ordering::Relaxed);
+        let v = self.version(slot);
         let cur = v.load(Ordering::Relaxed);
         v.store((cur | 1).wrapping_add(1), Ordering::Release);
         let _ = st.compare_exchange(FILLING | me(), EMPTY, Ordering::Release, Ordering::Relaxed);
@@ -917,7 +982,7 @@ impl Segment {
         let start = Instant::now();
         let mut nap = Duration::from_micros(20);
         loop {
-            let st = self.slot(slot, 2).load(Ordering::Acquire);
+            let st = self.state(slot).load(Ordering::Acquire);
             if st == READY {
                 return if self.read_slot(slot, row, dst).is_some() {
                     Probe::Hit
@@ -959,6 +1024,15 @@ impl Drop for Segment {
 }
 
 /// True if `path` (not followed) is the file of device and inode `id`.
+/// `f`'s metadata, an error naming `path` if fstat fails.
+fn fstat(f: &File, path: &Path) -> Result<std::fs::Metadata, SegmentError> {
+    f.metadata().map_err(|error| SegmentError::Os {
+        path: path.to_path_buf(),
+        what: "fstat",
+        error,
+    })
+}
+
 fn same_file(path: &Path, id: (u64, u64)) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == id)
 }
@@ -992,7 +1066,8 @@ mod tests {
                     continue;
                 };
                 assert!(g.total as u64 * 8 <= budget);
-                assert!(g.data_at.is_multiple_of(512) && g.data_at >= g.slots_at + g.slots() * 4);
+                assert!(g.data_at.is_multiple_of(512) && g.data_at >= g.tags_at + g.slots());
+                assert!(g.tags_at.is_multiple_of(8) && g.tags_at >= g.sets_at + 2 * g.sets);
             }
         }
         assert!(Geometry::for_budget(4096, 1024).is_none());

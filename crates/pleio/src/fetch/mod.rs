@@ -1232,7 +1232,7 @@ impl Table {
             }
             Strategy::Pool => self.gather_direct(direct::Kind::Pool, rows, out, &mut stats)?,
             Strategy::Cached => self.gather_cached(rows, out, &mut stats)?,
-            Strategy::Shared => self.gather_shared(rows, out, &mut stats)?,
+            Strategy::Shared => self.gather_shared(rows, out, &mut stats, &guard)?,
         }
         let events = guard.events();
         stats.guard_displaced = u64::from(events.displaced);

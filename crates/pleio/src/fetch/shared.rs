@@ -109,11 +109,20 @@ impl Table {
         rows: &[u64],
         out: &mut Out<'_>,
         stats: &mut GatherStats,
+        guard: &crate::sys::guard::Scope,
     ) -> Result<(), GatherError> {
         if crate::sys::NOOP {
             // No shared memory in this build: a private cache stands in.
             stats.fallback = true;
             return self.gather_cached(rows, out, stats);
+        }
+        // A segment file another process shrinks raises SIGBUS here, which
+        // only pleio's handler turns into a lost segment: without it in
+        // place for this thread, read the rows without the segment.
+        if !guard.use_mapping_trusting_recent() {
+            guard.note_fallback();
+            stats.fallback = true;
+            return self.gather_direct(super::direct::Kind::UringDirect, rows, out, stats);
         }
         let sr = self.shared_reader()?;
         let seg = sr.segment(self)?;
@@ -142,7 +151,7 @@ impl SharedReader {
         let changed = self.miss.changed()?;
         let mut cur = self.seg.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(s) = cur.as_ref() {
-            if !changed && !s.removed() {
+            if !changed && !s.removed() && !s.lost() {
                 return Ok(s.clone());
             }
         }
@@ -218,12 +227,32 @@ impl SharedReader {
         let (reqs0, bytes0) = (stats.read_requests, stats.read_bytes);
         let mut d = SegmentStats::default();
         let mut claims = Claims::new(seg);
-        seg.prefetch(groups.iter().map(|g| g.row));
         let mut claimed = Vec::new();
         let mut waits = Vec::new();
         let mut private = Vec::new();
+        // A software pipeline over the rows, so their memory latencies
+        // overlap: the set of row u + LEAD is prefetched, the slot of row
+        // u + LEAD / 2 found (and its payload prefetched), row u read.
+        const LEAD: usize = 16;
+        let mut found = [None; LEAD];
+        for g in groups.iter().take(LEAD) {
+            seg.prefetch_set(g.row);
+        }
+        for (u, g) in groups.iter().enumerate().take(LEAD / 2) {
+            found[u % LEAD] = seg.find(g.row);
+        }
         for (u, g) in groups.iter().enumerate() {
+            if let Some(a) = groups.get(u + LEAD) {
+                seg.prefetch_set(a.row);
+            }
+            if let Some(b) = groups.get(u + LEAD / 2) {
+                found[(u + LEAD / 2) % LEAD] = seg.find(b.row);
+            }
             let dst = &mut st.bytes[u * rb..(u + 1) * rb];
+            if found[u % LEAD].take().is_some_and(|s| seg.read(s, g.row, dst)) {
+                d.hits += 1;
+                continue;
+            }
             match seg.probe(g.row, dst, &mut d.evictions) {
                 Probe::Hit => d.hits += 1,
                 Probe::Claimed(slot) => {

@@ -60,6 +60,7 @@
 //! plain copy and a shrinking file still raises `SIGBUS`.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// True where [`copy_rows`] survives `SIGBUS` (Linux x86_64).
 pub const PROTECTED: bool = imp::PROTECTED;
@@ -138,6 +139,22 @@ pub(crate) fn state() -> SigbusGuard {
     }
 }
 
+/// How long a thread's finding that pleio's handler is in place and
+/// `SIGBUS` unblocked is trusted by [`Scope::use_mapping_trusting_recent`].
+const RECHECK: std::time::Duration = std::time::Duration::from_millis(10);
+
+thread_local! {
+    /// When a [`Scope`] of this thread last found the guard in place with
+    /// `SIGBUS` unblocked.
+    static LAST_CLEAN: Cell<Option<std::time::Instant>> = const { Cell::new(None) };
+}
+
+/// True if a [`Scope`] of this thread found pleio's handler in place and
+/// `SIGBUS` unblocked within the last [`RECHECK`].
+fn checked_recently() -> bool {
+    LAST_CLEAN.with(|t| t.get().is_some_and(|at| at.elapsed() < RECHECK))
+}
+
 /// One gather's reads through mappings, from the calling thread: checks the
 /// guard on first use (not before: a gather that never touches a mapping
 /// costs nothing) and undoes what it changed when dropped. Not `Send`: the
@@ -159,7 +176,30 @@ impl Scope {
     /// the mapping is read as it always was). False: read them from the
     /// file instead, and call [`Scope::note_fallback`].
     pub(crate) fn use_mapping(&self) -> bool {
-        self.armed.get_or_init(imp::Armed::arm).use_mapping()
+        self.check(false)
+    }
+
+    /// [`Scope::use_mapping`] for a hot path whose mapping rarely faults
+    /// (the machine-wide cache's segment): trusts a clean finding of this
+    /// thread's within the last 10 ms instead of checking again (two system
+    /// calls saved), at the price of a host that displaces the handler or
+    /// blocks `SIGBUS` being noticed up to 10 ms late.
+    pub(crate) fn use_mapping_trusting_recent(&self) -> bool {
+        self.check(true)
+    }
+
+    fn check(&self, trust: bool) -> bool {
+        let armed = self.armed.get_or_init(|| {
+            if trust && checked_recently() {
+                return imp::Armed::trusted();
+            }
+            let armed = imp::Armed::arm();
+            if armed.use_mapping() && !armed.unblocked() {
+                LAST_CLEAN.with(|t| t.set(Some(std::time::Instant::now())));
+            }
+            armed
+        });
+        armed.use_mapping()
     }
 
     /// Records that rows were read from the file instead of the mapping.
@@ -173,6 +213,93 @@ impl Scope {
         e.fell_back = self.fell_back.get();
         e
     }
+}
+
+/// Most shared-memory mappings one process registers at once.
+const SHARED_REGIONS: usize = 64;
+
+/// One registered shared-memory mapping (`start` 0: free; `usize::MAX`:
+/// being registered).
+struct Region {
+    start: AtomicUsize,
+    len: AtomicUsize,
+    lost: AtomicBool,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const FREE_REGION: Region = Region {
+    start: AtomicUsize::new(0),
+    len: AtomicUsize::new(0),
+    lost: AtomicBool::new(false),
+};
+
+/// The machine-wide cache's segments mapped by this process, read by the
+/// `SIGBUS` handler (atomics only: async-signal-safe).
+static REGIONS: [Region; SHARED_REGIONS] = [FREE_REGION; SHARED_REGIONS];
+
+/// A shared-memory mapping whose file any process that may write it can
+/// shrink (the machine-wide cache's segment). With pleio's handler in
+/// place, a `SIGBUS` on it replaces the whole mapping with private
+/// zero-filled memory of the same size and marks it [`SharedRegion::lost`]:
+/// the faulting access and every later one read zeros (which no segment
+/// validates: no magic, no ready slot, a changed seqlock version), so the
+/// gather in flight serves its rows from the device and the next one
+/// attaches a new segment. Registered by [`crate::sys::shm::SharedWords`].
+pub(crate) struct SharedRegion {
+    slot: usize,
+}
+
+impl SharedRegion {
+    /// Registers the mapping `addr..addr + len` (page-rounded), installing
+    /// pleio's handler if it never was. `None` when [`SHARED_REGIONS`] are
+    /// registered already.
+    pub(crate) fn register(addr: usize, len: usize) -> Option<SharedRegion> {
+        let _ = imp::ensure();
+        let page = super::page_size() as usize;
+        let len = len.checked_next_multiple_of(page)?;
+        for (slot, r) in REGIONS.iter().enumerate() {
+            if r.start
+                .compare_exchange(0, usize::MAX, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                r.len.store(len, Ordering::Relaxed);
+                r.lost.store(false, Ordering::Relaxed);
+                r.start.store(addr, Ordering::Release);
+                return Some(SharedRegion { slot });
+            }
+        }
+        None
+    }
+
+    /// True once a `SIGBUS` replaced the mapping with zeros (its file was
+    /// shrunk by another process).
+    pub(crate) fn lost(&self) -> bool {
+        REGIONS[self.slot].lost.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for SharedRegion {
+    fn drop(&mut self) {
+        let r = &REGIONS[self.slot];
+        r.start.store(usize::MAX, Ordering::Release);
+        r.len.store(0, Ordering::Relaxed);
+        r.lost.store(false, Ordering::Relaxed);
+        r.start.store(0, Ordering::Release);
+    }
+}
+
+/// The registered region holding `addr`, as (start, length, lost flag).
+#[cfg_attr(
+    not(all(target_os = "linux", target_arch = "x86_64")),
+    allow(dead_code)
+)]
+fn region_of(addr: usize) -> Option<(usize, usize, &'static AtomicBool)> {
+    REGIONS.iter().find_map(|r| {
+        let start = r.start.load(Ordering::Acquire);
+        let len = r.len.load(Ordering::Relaxed);
+        (start != 0 && start != usize::MAX && addr.wrapping_sub(start) < len)
+            .then_some((start, len, &r.lost))
+    })
 }
 
 /// Copies `row_bytes` bytes from `base + rows[i] * row_bytes` to
@@ -522,8 +649,24 @@ mod imp {
             armed
         }
 
+        /// A thread's recent clean finding, trusted without a check: the
+        /// mapping is read, nothing to undo, nothing to report.
+        pub(super) fn trusted() -> Armed {
+            Armed {
+                use_mapping: true,
+                reblock: false,
+                events: GuardEvents::default(),
+                _thread: PhantomData,
+            }
+        }
+
         pub(super) fn use_mapping(&self) -> bool {
             self.use_mapping
+        }
+
+        /// True if `SIGBUS` was blocked in this thread and unblocked here.
+        pub(super) fn unblocked(&self) -> bool {
+            self.reblock
         }
 
         pub(super) fn events(&self) -> GuardEvents {
@@ -619,6 +762,38 @@ mod imp {
                 gregs[libc::REG_RDX as usize] = addr as i64;
                 gregs[libc::REG_RIP as usize] = landing as i64;
                 return;
+            }
+        }
+        if code > 0 {
+            if let Some((start, len, lost)) = super::region_of(addr) {
+                // SAFETY: errno is this thread's; saved and restored so the
+                // interrupted code never sees ours.
+                let errno = unsafe { *libc::__errno_location() };
+                // SAFETY: replaces exactly a registered shared segment
+                // mapping (live: its owner is reading it, the fault came
+                // from it) with private anonymous memory of the same size
+                // and protection; only atomics access it, so zeros are
+                // just values the segment's readers reject. mmap is a
+                // plain system call (no lock, no allocation).
+                let p = unsafe {
+                    libc::mmap(
+                        start as *mut c_void,
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE
+                            | libc::MAP_ANONYMOUS
+                            | libc::MAP_FIXED
+                            | libc::MAP_NORESERVE,
+                        -1,
+                        0,
+                    )
+                };
+                // SAFETY: as above.
+                unsafe { *libc::__errno_location() = errno };
+                if p == start as *mut c_void {
+                    lost.store(true, Ordering::Release);
+                    return;
+                }
             }
         }
         // SAFETY: forwarding the kernel's own arguments.
@@ -779,8 +954,16 @@ mod imp {
             Armed(PhantomData)
         }
 
+        pub(super) fn trusted() -> Armed {
+            Armed(PhantomData)
+        }
+
         pub(super) fn use_mapping(&self) -> bool {
             true
+        }
+
+        pub(super) fn unblocked(&self) -> bool {
+            false
         }
 
         pub(super) fn events(&self) -> GuardEvents {

@@ -44,6 +44,36 @@ mod adv;
 #[cfg(not(all(target_os = "linux", not(feature = "noop-os"))))]
 use stub as adv;
 
+
+/// Asks the CPU to start loading the cache lines of the `len` bytes at
+/// `start` into its caches, at most `max_lines` of them: a software
+/// prefetch, which never faults, blocks or reads anything architecturally,
+/// so a batch's rows can be requested from memory together before they are
+/// read one after another. A no-op on CPUs without the instruction.
+#[inline]
+pub(crate) fn prefetch_lines(start: *const u8, len: usize, max_lines: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let end = (start as usize).saturating_add(len);
+        let mut at = start as usize;
+        for _ in 0..max_lines {
+            if at >= end {
+                break;
+            }
+            // SAFETY: a prefetch is a hint: it reads nothing
+            // architecturally and never faults, whatever the address (the
+            // pointer is made with wrapping arithmetic, never dereferenced).
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(at - start as usize).cast::<i8>())
+            };
+            at = (at | 63).saturating_add(1);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (start, len, max_lines);
+}
+
 pub(crate) mod guard;
 pub mod shm;
 mod zeroed;

@@ -12,12 +12,16 @@ use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
 
+use super::guard::SharedRegion;
 use super::MemRun;
 
 /// A whole file mapped read-write and shared, as 64-bit atomic words.
 pub struct SharedWords {
     ptr: NonNull<AtomicU64>,
     words: usize,
+    /// The mapping's entry in the `SIGBUS` handler's list (taken out
+    /// before the unmap).
+    region: Option<SharedRegion>,
 }
 
 // SAFETY: the mapping is owned by this value and only ever accessed through
@@ -28,8 +32,10 @@ unsafe impl Sync for SharedWords {}
 
 impl SharedWords {
     /// Maps the first `words` 64-bit words of `file` read-write and shared.
-    /// The caller checked the file is at least that long (a file shrunk
-    /// later by someone who may write it raises `SIGBUS` on access).
+    /// The caller checked the file is at least that long. A file shrunk
+    /// later by someone who may write it raises `SIGBUS` on access, which
+    /// pleio's handler turns into zeros and [`SharedWords::lost`] (see
+    /// [`SharedRegion`]; Linux x86_64 only: elsewhere it kills).
     pub fn map(file: &File, words: usize) -> io::Result<SharedWords> {
         let len = words
             .checked_mul(8)
@@ -42,9 +48,43 @@ impl SharedWords {
             ));
         }
         let ptr = super::base::map_shared(file, len, true)?;
+        let run = MemRun {
+            addr: ptr as usize,
+            len,
+        };
+        let Some(region) = SharedRegion::register(run.addr, len) else {
+            // SAFETY: the mapping just made, referenced by nothing.
+            let _ = unsafe { super::base::unmap(run) };
+            return Err(io::Error::other(
+                "too many shared row-cache segments mapped by this process",
+            ));
+        };
         let ptr = NonNull::new(ptr.cast::<AtomicU64>())
             .ok_or_else(|| io::Error::other("mmap returned a null pointer"))?;
-        Ok(SharedWords { ptr, words })
+        Ok(SharedWords {
+            ptr,
+            words,
+            region: Some(region),
+        })
+    }
+
+    /// Asks the CPU to bring the cache lines of words `at..at + n` in (a
+    /// software prefetch: no load, no fault); words past the end are
+    /// ignored.
+    #[inline]
+    pub fn prefetch(&self, at: usize, n: usize) {
+        let n = n.min(self.words.saturating_sub(at));
+        super::prefetch_lines(
+            self.ptr.as_ptr().wrapping_add(at).cast::<u8>(),
+            n * 8,
+            usize::MAX,
+        );
+    }
+
+    /// True once another process shrank the file under the mapping: every
+    /// word now reads zero (a private copy), so nothing more is shared.
+    pub fn lost(&self) -> bool {
+        self.region.as_ref().is_some_and(SharedRegion::lost)
     }
 
     /// The mapped words.
@@ -59,6 +99,8 @@ impl SharedWords {
 
 impl Drop for SharedWords {
     fn drop(&mut self) {
+        // Out of the handler's list first: the range may be reused.
+        drop(self.region.take());
         let run = MemRun {
             addr: self.ptr.as_ptr() as usize,
             len: self.words * 8,
