@@ -206,3 +206,132 @@ fn nix_root() -> bool {
     let f = tempfile::NamedTempFile::new().unwrap();
     f.as_file().metadata().unwrap().uid() == 0
 }
+
+/// Runs `pleio args` in the memory cgroup `cap`, segments in `shm` (kept).
+fn capped(cap: &pleio_lab::cgroup::MemCap, shm: &Path, args: &[&str]) -> std::process::Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pleio"));
+    cmd.args(args)
+        .env("PLEIO_SHM_DIR", shm)
+        .env("PLEIO_SHARED_KEEP", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    cap.confine(&mut cmd).unwrap();
+    cmd.spawn().unwrap()
+}
+
+/// Waits for `c`, requires success, returns its stdout as JSON.
+fn json_of(c: std::process::Child, what: &str) -> Json {
+    let out = c.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: {:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn four_processes_share_one_budget_under_a_memory_cgroup() {
+    let dir = disk_dir();
+    let f = dir.path().join("q.gguf");
+    // 3M rows of 90 B (270 MB): more rows than a 256 MiB segment holds.
+    ok(&["synth", "--rows", "3000000", "--seed", "8", "-o", p(&f)]);
+    let budget = 256u64 << 20;
+    let cap_bytes = budget + 4 * (64 << 20);
+    let cap = match pleio_lab::cgroup::MemCap::new(cap_bytes) {
+        Ok(c) => c,
+        Err(e) => pleio_testkit::skip!("no memory cgroup here: {e}"),
+    };
+    // The segment on tmpfs, as /dev/shm: its pages are charged to the
+    // group of the process that first writes them, and cannot be reclaimed.
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    // Fill the segment to its budget: a profile of more rows than it holds.
+    let profile = dir.path().join("rows.txt");
+    let ids: Vec<String> = (0..2_400_000u32).map(|r| r.to_string()).collect();
+    std::fs::write(&profile, ids.join("\n")).unwrap();
+    let warm = capped(
+        &cap,
+        shm.path(),
+        &[
+            "warm",
+            p(&f),
+            "--strategy",
+            "shared",
+            "--budget",
+            "256M",
+            "--from-rows",
+            p(&profile),
+            "--json",
+        ],
+    );
+    let w = json_of(warm, "warm");
+    // The corpus's tokens, made outside the group (the tokenizer is the
+    // replay tool's memory, not the cache's).
+    let rows: Json = serde_json::from_str(&ok(&["rows", p(&f), "--corpus", "--json"])).unwrap();
+    let tokens = dir.path().join("tokens.json");
+    std::fs::write(
+        &tokens,
+        serde_json::json!({"tokens": rows["tokens"]}).to_string(),
+    )
+    .unwrap();
+    // Four replays of the corpus at once, in the same group, on one budget.
+    let kids: Vec<_> = (0..4)
+        .map(|k| {
+            let seed = k.to_string();
+            capped(
+                &cap,
+                shm.path(),
+                &[
+                    "replay",
+                    p(&f),
+                    "--tokens",
+                    p(&tokens),
+                    "--strategy",
+                    "shared",
+                    "--budget",
+                    "256M",
+                    "--seed",
+                    &seed,
+                    "--json",
+                ],
+            )
+        })
+        .collect();
+    let reports: Vec<Json> = kids.into_iter().map(|c| json_of(c, "replay")).collect();
+    let usage = cap.usage().unwrap();
+    let stats: Json =
+        serde_json::from_str(&run(shm.path(), &["cache", "stats", "--json"])).unwrap();
+    let seg = &stats["segments"][0];
+    let detail = format!("{usage:?}\nwarm: {w}\nsegment: {seg}");
+    assert_eq!(stats["segments"].as_array().unwrap().len(), 1, "{detail}");
+    // The budget is the machine's, and it was used whole.
+    assert!(seg["bytes"].as_u64().unwrap() <= budget, "{detail}");
+    let slots = seg["slots"].as_u64().unwrap();
+    assert_eq!(
+        w["warm_rows"], slots,
+        "the warm filled every slot: {detail}"
+    );
+    // Replays evict and re-fill; a few slots are between rows at the end.
+    assert!(
+        seg["resident_rows"].as_u64().unwrap() >= slots * 95 / 100,
+        "{detail}"
+    );
+    assert!(seg["evictions"].as_u64().unwrap() > 0, "{detail}");
+    assert_eq!(seg["uncached"], 0, "{detail}");
+    for r in &reports {
+        assert_eq!(r["replays"].as_array().map(Vec::len), Some(1), "{r}");
+    }
+    // Nothing OOM-killed, and the kernel never had to reclaim for the cap.
+    assert_eq!(usage.oom_kills, 0, "{detail}");
+    assert_eq!(usage.limit_hits, 0, "{detail}");
+    if let Some(peak) = usage.peak_bytes {
+        assert!(peak <= cap_bytes, "{detail}");
+        eprintln!(
+            "peak {peak} B of a {cap_bytes} B cap ({} B over the budget for 4 processes)",
+            peak.saturating_sub(budget)
+        );
+    }
+    run(shm.path(), &["cache", "rm"]);
+    cap.remove().unwrap();
+}

@@ -98,9 +98,11 @@ fn auto_residency_and_bench_tell_the_truth_to_a_reader_who_does_not_own_the_tabl
     assert!(cold["resident_fraction"].as_f64().unwrap() < 0.05, "{cold}");
     // The probes' pages were dropped again, and no neighbour came with
     // them: the probes read through a handle without readahead (before that,
-    // a probe's readahead window stayed behind in 2 runs of 35).
+    // a probe's readahead window, 32 pages or more, stayed behind in 2 runs
+    // of 35). A few pages of slack: in a full test run on a loaded machine
+    // one more page was once resident (17 against 16), no window.
     let after = root_scan("after nobody's scan");
-    assert!(after <= evicted, "{after} > {evicted}");
+    assert!(after <= evicted + 4, "{after} > {evicted} + 4");
 
     // gather, auto: every row cold, its pages advised (MADV_WILLNEED is no
     // privilege: any reader may ask for readahead) and then copied out of
