@@ -14,6 +14,11 @@
 #      (--expect-lookahead). Needs the pleio C ABI (the pleio-capi crate's libpleio_capi.a, see
 #      build.sh); without it check 2 is reported PENDING, never passed, and once the crate is in
 #      the workspace check 2 is required.
+#   3. the provider on the machine-wide shared cache: two drivers at once with
+#      PLEIO_STRATEGY=shared (segment in a private /dev/shm directory) gather the same rows as
+#      `pleio gather`, and the segment's counters show every distinct row read from the device
+#      once for both processes (hits > 0; misses + uncached <= distinct rows + the two rows the
+#      provider compares at open).
 #
 #   Two prompts: "corpus" (above) and "eos", 613 tokens of the corpus with <|endoftext|> put at
 #   ubatch and batch boundaries (the last token of a ubatch, the first, both sides of one, the
@@ -160,6 +165,35 @@ open(sys.argv[2], "w").write("".join(f"{r}\n" for tok in rows for r in tok))' "$
         || fail "$what check 2: logits differ ($(cmp "$A/logits-stock.f32" "$A/logits-pleio.f32" | head -1))"
     say "$what check 2: $size bytes of logits ($(wc -w <"$tokens") positions + $DECODE decode steps) equal stock llama.cpp's, bit for bit"
     rm -f "$A/logits-stock.f32" "$A/logits-pleio.f32"
+
+    say "$what check 3: two providers at once on one machine-wide shared cache (PLEIO_STRATEGY=shared)"
+    local shm p1 p2
+    shm="$(mktemp -d -p /dev/shm pleio-check-XXXXXX)"
+    mkdir -p "$A/shared1" "$A/shared2"
+    for k in 1 2; do
+        PLEIO_STRATEGY=shared PLEIO_SHM_DIR="$shm" PLEIO_SHARED_KEEP=1 PLEIO_TABLE="$model" "$DRIVER_PLEIO" "${run[@]}" \
+            --batch "$BATCH" --capture "$A/shared$k" --expect-op pleio --expect-lookahead &
+        eval "p$k=\$!"
+    done
+    wait "$p1" || fail "$what check 3: the first provider failed"
+    wait "$p2" || fail "$what check 3: the second provider failed"
+    compare_capture "$A/shared1" "$what check 3 (shared cache, process 1)"
+    compare_capture "$A/shared2" "$what check 3 (shared cache, process 2)"
+    # one segment; every distinct row (and the two the provider checks at open) read once machine-wide
+    PLEIO_SHM_DIR="$shm" "$PLEIO" cache stats --json >"$A/shared-stats.json"
+    python3 -c '
+import json, sys
+st = json.load(open(sys.argv[1]))["segments"]
+rows = {int(r) for r in open(sys.argv[2]).read().split()}
+assert len(st) == 1, f"{len(st)} segments"
+s = st[0]
+read = s["misses"] + s["uncached"]
+assert s["hits"] > 0 and 0 < read <= len(rows) + 2, f"{read} rows read for {len(rows)} distinct, {s}"
+hits = s["hits"]
+print(f"{hits} hits, {read} rows read from the device for {len(rows)} distinct rows, two processes")
+' "$A/shared-stats.json" "$A/pleio-rows.txt" || fail "$what check 3: the shared cache's counters"
+    PLEIO_SHM_DIR="$shm" "$PLEIO" cache rm >/dev/null
+    rmdir "$shm"
 }
 
 check_arch qwen4exp --rows 1M      # 1M (1,048,576) rows of IQ4_NL (90 MiB); writes the prompt
@@ -167,5 +201,5 @@ check_arch gemma4 --layers 2       # 262144 rows of 512 Q5_K (88 MiB)
 if [ "$provider" = 0 ]; then
     say "done: check 1 passed for qwen4exp and gemma4, corpus and eos prompts; check 2 PENDING (no pleio C ABI)"
 else
-    say "done: checks 1 and 2 (lookahead on) passed for qwen4exp and gemma4, corpus and eos prompts"
+    say "done: checks 1, 2 (lookahead on) and 3 (shared cache, two processes) passed for qwen4exp and gemma4, corpus and eos prompts"
 fi

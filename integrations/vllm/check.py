@@ -31,8 +31,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -192,11 +194,33 @@ def child_errors(a) -> int:
 # --------------------------------------------------------------- the parent
 
 
-def run_child(model: str, out: str, config: dict | None) -> subprocess.CompletedProcess:
+def run_child(model: str, out: str, config: dict | None, env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, os.path.abspath(__file__), "child", "--model", model, "--out", out]
     if config is not None:
         cmd += ["--config", json.dumps(config)]
-    return subprocess.run(cmd, capture_output=True, text=True)
+    return subprocess.run(cmd, capture_output=True, text=True, env=None if env is None else {**os.environ, **env})
+
+
+def shared_check(name: str, path: str, stock: dict, work: str) -> None:
+    """The plugin on the machine-wide shared cache ({"strategy": "shared"}):
+    the same outputs as the stock engine, from a segment the engine made
+    (kept, in a private directory, to be seen)."""
+    import torch
+
+    shm = tempfile.mkdtemp(prefix="pleio-shm-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    out = os.path.join(work, "shared.pt")
+    cfg = {"path": path, "strategy": "shared", "budget": "64M"}
+    done = run_child(path, out, cfg, {"PLEIO_SHM_DIR": shm, "PLEIO_SHARED_KEEP": "1"})
+    if done.returncode != 0:
+        record(f"{name}: vLLM engine, pleio shared cache", False, done.stderr.strip()[-600:])
+    else:
+        compare(f"{name} (shared cache)", stock, torch.load(out, weights_only=False))
+        os.remove(out)
+        segs = [f for f in os.listdir(shm) if f.startswith("pleio-")]
+        sizes = [os.path.getsize(os.path.join(shm, f)) for f in segs]
+        record(f"{name}: the shared cache's segment was made", len(segs) == 1 and 0 < sizes[0] <= 64 << 20,
+               f"{segs} {sizes}")
+    shutil.rmtree(shm, ignore_errors=True)
 
 
 def compare(name: str, stock: dict, served: dict) -> None:
@@ -309,6 +333,8 @@ def main() -> int:
         if len(outs) == 2:
             compare(name, outs["stock"], outs["pleio"])
             report[name] = {m: outs[m]["_meta"] for m in outs}
+        if name == "FP8, bf16 scale" and "stock" in outs:
+            shared_check(name, path, outs["stock"], work)
 
     other = os.path.join(work, "other-geometry")
     write_model(tf, other, seed=2, base=3001)

@@ -200,6 +200,28 @@ int main(int argc, char **argv) {
         free(expect);
     }
 
+    /* --- the machine-wide shared cache: the same bytes; the second gather
+       reads nothing from the device (every row a hit in the segment) --- */
+    {
+        pleio_table *sh = NULL;
+        CHECK(pleio_open_with(at("q.gguf"), NULL, "shared", &sh) == PLEIO_OK && sh != NULL, "open shared");
+        size_t len;
+        void *expect = slurp("expect.f32", &len);
+        void *buf = malloc(len);
+        pleio_stats st;
+        for (int pass = 0; pass < 2; pass++) {
+            memset(buf, 0xAB, len);
+            memset(&st, 0, sizeof st);
+            CHECK(pleio_gather(sh, ids, n, PLEIO_DTYPE_F32, buf, len, &st) == PLEIO_OK, "shared gather");
+            CHECK(memcmp(buf, expect, len) == 0, "shared (pass %d): pleio_gather equals the CLI", pass);
+        }
+        CHECK(st.fallback == 0, "fallback %u", st.fallback);
+        CHECK(st.read_requests == 0, "second shared gather: %llu reads", (unsigned long long)st.read_requests);
+        pleio_close(sh);
+        free(buf);
+        free(expect);
+    }
+
     /* --- bad arguments: errors, nothing written, never a crash --- */
     size_t one = row_elems * 4;
     float *row = malloc(one);
