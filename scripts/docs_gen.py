@@ -116,8 +116,8 @@ def transformers_rss(path):
             f"table's {rss['table_bytes'] / 2**20:,.0f} MiB.")
 
 
-RIVALS = ("pleio", "pleio-cached", "mmap", "engramdb", "service-ple-agent", "service-ple-server")
-RIVAL_NAMES = {"pleio": "pleio `auto`", "pleio-cached": "pleio `cached`", "mmap": "NumPy memmap", "engramdb": "engramdb `Store`",
+RIVALS = ("pleio", "pleio-cached", "pleio-shared", "mmap", "engramdb", "service-ple-agent", "service-ple-server")
+RIVAL_NAMES = {"pleio": "pleio `auto`", "pleio-cached": "pleio `cached`", "pleio-shared": "pleio `shared`", "mmap": "NumPy memmap", "engramdb": "engramdb `Store`",
                "service-ple-agent": "service-ple agent", "service-ple-server": "service-ple RAM server"}
 
 
@@ -142,10 +142,10 @@ def rivals_table(path):
     engines, fig = rivals_engines(rep), rivals_figs(rep)
     out = ["| batch | " + " | ".join(RIVAL_NAMES[e] for e in engines) + " |", "|---|" + "---:|" * len(engines)]
     for kind, size, phase in RIVAL_ROWS:
-        if ("pleio", kind, size, phase) in fig:
+        if any((e, kind, size, phase) in fig for e in engines):
             out.append(f"| {kind} {size} rows, {phase} | " + " | ".join(
                 f"{dur(fig[(e, kind, size, phase)]['median_us'])} ({dur(fig[(e, kind, size, phase)]['p99_us'])})"
-                for e in engines) + " |")
+                if (e, kind, size, phase) in fig else "-" for e in engines) + " |")
     for e in RIVALS:
         if e in rep["engines"] and "error" in rep["engines"][e]:
             out.append(f"\n{RIVAL_NAMES[e]} did not run: {rep['engines'][e]['error']}")
@@ -190,10 +190,12 @@ def rivals_setup(path):
             setup.append(f"open {s['open_s'] * 1000:.1f} ms")
         d = r.get("daemon") or {}
         daemon = "-"
-        if d:
+        if d.get("daemon"):
             daemon = f"`{d['daemon']}` peak RSS {mib(d['daemon_peak_rss_kib'])}"
             if "shm_cache_bytes" in d:
                 daemon += f"; shared cache {d['shm_cache_bytes'] / 2**20:,.0f} MiB in /dev/shm ({d['agent_cache_rows']:,} rows)"
+        elif "shm_cache_bytes" in d:
+            daemon = f"none; shared cache {d['shm_cache_bytes'] / 2**20:,.0f} MiB in /dev/shm (a 256 MiB budget)"
         bad = sum(m["rows"] for m in r["mismatches"])
         zero = sum(m["zero_rows"] for m in r["mismatches"])
         corr = "none" if not bad else f"{bad:,} rows ({zero:,} of them zeros)"
@@ -325,7 +327,7 @@ def warm_floor(*paths):
 
 
 def shared_cold(path):
-    """`scripts/shared_cold.py --report`: each process's cold gather and the
+    """`scripts/shared_bench.py cold --report`: each process's cold gather and the
     segment's device reads, one process then N at once, per run."""
     rep = load(path)
     out = [f"Each run: the same {rep['rows']} cold rows gathered by 1 process, then by N at once.", "",
@@ -334,6 +336,25 @@ def shared_cold(path):
     for r in rep["runs"]:
         out.append(f"| {r['run']} | {r['procs']} | {' '.join(f'{t:.2f}' for t in r['times_ms'])} | "
                    f"{r['reads']} | {r['rows_read']} | {r['waits']} |")
+    return with_footer(path, "\n".join(out), rep)
+
+
+def shared_warm(path):
+    """`scripts/shared_bench.py warm --report`: warm gathers of `shared` against
+    private `cached` caches, 1 process and N at once, from Python and Rust."""
+    rep = load(path)
+    out = [f"Median / fastest warm gather, us, raw rows; {rep['batches']} batches of each size, "
+           f"{rep['repeat']} timed passes (Python), bench's warm arms (Rust).", "",
+           "| processes | door | rows | `cached` | `shared` | shared / cached (median) | warm floor (Rust) |",
+           "|---:|---|---:|---:|---:|---:|---:|"]
+    for r in rep["runs"]:
+        for door in ("python", "rust"):
+            for n in rep["sizes"]:
+                c, sh = r[door]["cached"][str(n)], r[door]["shared"][str(n)]
+                floor = r["rust"].get("limit-warm", {}).get(str(n)) if door == "rust" else None
+                out.append(f"| {r['procs']} | {door} | {n} | {c['median_us']:.1f} / {c['min_us']:.1f} | "
+                           f"{sh['median_us']:.1f} / {sh['min_us']:.1f} | {sh['median_us'] / c['median_us']:.2f}x | "
+                           + (f"{floor['median_us']:.1f} / {floor['min_us']:.1f}" if floor else "-") + " |")
     return with_footer(path, "\n".join(out), rep)
 
 
@@ -615,7 +636,7 @@ RENDERERS = {"torch": torch_table, "transformers-rss": transformers_rss, "vllm-r
              "rivals": rivals_table, "rivals-setup": rivals_setup, "rivals-probes": rivals_probes,
              "rivals-rowids": rivals_rowids, "rivals-formats": lambda path: rivals_probes(path, "formats"),
              "engine-rss": engine_rss, "llama-speed": llama_speed,
-             "warm-floor": warm_floor, "shared-cold": shared_cold}
+             "warm-floor": warm_floor, "shared-cold": shared_cold, "shared-warm": shared_warm}
 
 
 def run(cmd):

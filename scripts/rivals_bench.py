@@ -261,9 +261,11 @@ class Engine:
 
 
 class PleioEngine(Engine):
+    strategy = {"strategy": "auto"}
+
     def __init__(self, lay, a):
         import pleio
-        self.open = lambda: pleio.open(a.table, strategy="auto")
+        self.open = lambda: pleio.open(a.table, **self.strategy)
         t0 = time.perf_counter()
         self.t = self.open()
         self.setup = {"open_s": time.perf_counter() - t0}
@@ -285,14 +287,7 @@ class PleioCachedEngine(PleioEngine):
     stays out of the page cache, so a cold batch needs no new handle: its cache lives on across batches,
     as the agent's does within a pass; a new handle (an empty cache) starts each pass."""
 
-    def __init__(self, lay, a):
-        import pleio
-        self.open = lambda: pleio.open(a.table, strategy="cached", budget=256 << 20)
-        t0 = time.perf_counter()
-        self.t = self.open()
-        self.setup = {"open_s": time.perf_counter() - t0}
-        self.buf = np.empty((max(SIZES), lay.row_bytes), np.uint8)
-        self.cold_paths = [lay.file]
+    strategy = {"strategy": "cached", "budget": 256 << 20}
 
     def new_pass(self):
         self.t = None
@@ -303,6 +298,27 @@ class PleioCachedEngine(PleioEngine):
 
     def remap(self):
         pass
+
+
+class PleioSharedEngine(PleioCachedEngine):
+    """pleio's machine-wide row cache (`shared`, 256 MiB): the counterpart of the agent with no agent. The
+    segment in /dev/shm is made by the first process to gather and goes with the last handle, so a new
+    handle starts each pass with an empty segment, as the agent starts each pass with a new cache."""
+
+    strategy = {"strategy": "shared", "budget": 256 << 20}
+    cache_bytes = 0
+
+    def new_pass(self):
+        self.cache_bytes = max(self.cache_bytes, pleio_shm_bytes())
+        super().new_pass()
+
+    def close(self):
+        self.cache_bytes = max(self.cache_bytes, pleio_shm_bytes())
+        return {"shm_cache_bytes": self.cache_bytes}
+
+
+def pleio_shm_bytes():
+    return sum(p.stat().st_blocks * 512 for p in Path(os.environ.get("PLEIO_SHM_DIR", "/dev/shm")).glob("pleio-*"))
 
 
 class MmapEngine(Engine):
@@ -404,7 +420,8 @@ class ServerEngine(Engine):
         return {"daemon": "service-ple-server", "daemon_peak_rss_kib": stop(self.daemon).get("VmHWM", 0)}
 
 
-ENGINES = {"pleio": PleioEngine, "pleio-cached": PleioCachedEngine, "mmap": MmapEngine, "engramdb": EngramEngine,
+ENGINES = {"pleio": PleioEngine, "pleio-cached": PleioCachedEngine, "pleio-shared": PleioSharedEngine,
+           "mmap": MmapEngine, "engramdb": EngramEngine,
            "service-ple-agent": AgentEngine, "service-ple-server": ServerEngine}
 
 
