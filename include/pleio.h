@@ -161,6 +161,15 @@ typedef struct pleio_open_options {
    * the table's encoding is `PLEIO_ERR_UNSUPPORTED`. See docs/rounding.md.
    */
   const char *rounding;
+  /**
+   * The row cache's budget in bytes, for "cached" (this handle's cache)
+   * and "shared" (the machine-wide segment's size, when this process is
+   * the one that makes it); 0: the default, 256 MiB. A budget too small
+   * for the table's rows is an error naming the smallest that works.
+   * (Added after `rounding`: a `size` that ends at `rounding` is read
+   * as a struct without it.)
+   */
+  uint64_t budget;
 } pleio_open_options;
 
 /**

@@ -198,6 +198,8 @@ pub struct OpenEx<'a> {
     pub layer: Option<u64>,
     /// The rounding rule's name (`exact`, `vllm`, `sglang`, `mlx`).
     pub rounding: Option<&'a str>,
+    /// The row cache's budget in bytes (`cached`, `shared`).
+    pub budget: Option<u64>,
 }
 
 /// Opens `path` with [`OpenOptions`] made of `o`; returns the handle token.
@@ -210,12 +212,15 @@ pub fn open_ex(path: &Path, o: &OpenEx<'_>) -> Result<usize, Failure> {
         None => Rounding::default(),
         Some(r) => r.parse::<Rounding>().map_err(Failure::argument)?,
     };
-    let table = OpenOptions::new()
+    let mut opts = OpenOptions::new()
         .tensor(o.tensor)
         .layer(o.layer)
         .strategy(strategy)
-        .rounding(rounding)
-        .open(path)?;
+        .rounding(rounding);
+    if let Some(b) = o.budget {
+        opts = opts.cache_budget(b);
+    }
+    let table = opts.open(path)?;
     register(table)
 }
 

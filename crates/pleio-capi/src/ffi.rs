@@ -311,6 +311,13 @@ pub struct pleio_open_options {
     /// unknown name is `PLEIO_ERR_ARGUMENT`; a rule that does not apply to
     /// the table's encoding is `PLEIO_ERR_UNSUPPORTED`. See docs/rounding.md.
     pub rounding: *const c_char,
+    /// The row cache's budget in bytes, for "cached" (this handle's cache)
+    /// and "shared" (the machine-wide segment's size, when this process is
+    /// the one that makes it); 0: the default, 256 MiB. A budget too small
+    /// for the table's rows is an error naming the smallest that works.
+    /// (Added after `rounding`: a `size` that ends at `rounding` is read
+    /// as a struct without it.)
+    pub budget: u64,
 }
 
 /// `pleio_open` with options (see `struct pleio_open_options`); NULL
@@ -355,13 +362,34 @@ unsafe fn open_ex(
         // SAFETY: non-NULL and aligned (checked); the caller promises a
         // readable struct, whose first field is `size`.
         let size = unsafe { std::ptr::addr_of!((*opts).size).read() };
-        if size != known {
+        // The struct before `budget` was added (a caller built against an
+        // older pleio.h).
+        let before_budget = std::mem::offset_of!(pleio_open_options, budget);
+        if size != known && size != before_budget {
             return Err(Failure::argument(format!(
-                "pleio_open_options.size is {size}: this library knows only {known}                  (sizeof(struct pleio_open_options) of its pleio.h)"
+                "pleio_open_options.size is {size}: this library knows {known} \
+                 (sizeof(struct pleio_open_options) of its pleio.h) and {before_budget} (before `budget`)"
             )));
         }
-        // SAFETY: as above; the caller's `size` says the whole struct is there.
-        Some(unsafe { opts.read() })
+        let mut o = pleio_open_options {
+            size,
+            tensor: std::ptr::null(),
+            strategy: std::ptr::null(),
+            layer: -1,
+            rounding: std::ptr::null(),
+            budget: 0,
+        };
+        // SAFETY: as above; the caller's `size` says that many bytes of the
+        // struct are there, and `size <= known`, so the copy stays inside
+        // `o`; every field is plain data of which any bytes are a value.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                opts.cast::<u8>(),
+                std::ptr::addr_of_mut!(o).cast::<u8>(),
+                size,
+            )
+        };
+        Some(o)
     };
     let text = |p: *const c_char, what: &str| -> Result<Option<&str>, Failure> {
         // SAFETY: the caller promises NUL-terminated strings where not NULL.
@@ -386,6 +414,7 @@ unsafe fn open_ex(
                 })?),
             },
             rounding: text(o.rounding, "rounding rule name")?,
+            budget: (o.budget != 0).then_some(o.budget),
         },
     };
     let token = api::open_ex(path, &ex)?;

@@ -257,6 +257,7 @@ fn ids_rewritten_during_a_gather_are_checked_where_they_are_read() {
             strategy: strategy_c.as_ptr(),
             layer: -1,
             rounding: std::ptr::null(),
+            budget: 0,
         };
         let mut t = null_mut();
         // SAFETY: a NUL-terminated path, options of their own size, a

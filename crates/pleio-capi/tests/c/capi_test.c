@@ -12,13 +12,18 @@
  * (not a GGUF file). Prints one line per failed check and
  * "N passed, M failed"; exits 1 on any failure.
  */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp, setenv */
 #include "pleio.h"
 
+#include <dirent.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int passed, failed;
 
@@ -218,6 +223,46 @@ int main(int argc, char **argv) {
         CHECK(st.fallback == 0, "fallback %u", st.fallback);
         CHECK(st.read_requests == 0, "second shared gather: %llu reads", (unsigned long long)st.read_requests);
         pleio_close(sh);
+
+        /* the budget, through pleio_open_ex: the segment this process makes
+           (in a private PLEIO_SHM_DIR) is sized for it */
+        char dir[] = "/dev/shm/pleio-capi-XXXXXX";
+        CHECK(mkdtemp(dir) != NULL, "mkdtemp under /dev/shm");
+        setenv("PLEIO_SHM_DIR", dir, 1);
+        pleio_open_options o;
+        memset(&o, 0, sizeof o);
+        o.size = sizeof o;
+        o.layer = -1;
+        o.strategy = "shared";
+        o.budget = 4u << 20;
+        CHECK(pleio_open_ex(at("q.gguf"), &o, &sh) == PLEIO_OK, "open_ex shared, 4 MiB: %s", pleio_last_error());
+        CHECK(pleio_gather(sh, ids, n, PLEIO_DTYPE_F32, buf, len, NULL) == PLEIO_OK &&
+                  memcmp(buf, expect, len) == 0,
+              "shared with a 4 MiB budget: pleio_gather equals the CLI");
+        long long seg_bytes = -1;
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        while (d && (e = readdir(d)) != NULL) {
+            if (strncmp(e->d_name, "pleio-", 6) == 0) {
+                char p[512];
+                struct stat sb;
+                snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+                if (stat(p, &sb) == 0) seg_bytes = (long long)sb.st_size;
+            }
+        }
+        if (d) closedir(d);
+        CHECK(seg_bytes > (2 << 20) && seg_bytes <= (4 << 20), "segment of %lld bytes for a 4 MiB budget", seg_bytes);
+        pleio_close(sh);
+        o.budget = 1;
+        pleio_table *tiny = NULL;
+        CHECK(pleio_open_ex(at("q.gguf"), &o, &tiny) != PLEIO_OK && tiny == NULL, "a 1-byte budget fails");
+        CHECK(mentions(pleio_last_error(), "budget"), "message names the budget: %s", pleio_last_error());
+        /* a caller built before `budget` was added: the default budget */
+        o.size = offsetof(pleio_open_options, budget);
+        CHECK(pleio_open_ex(at("q.gguf"), &o, &sh) == PLEIO_OK, "open_ex with the older struct: %s", pleio_last_error());
+        pleio_close(sh);
+        unsetenv("PLEIO_SHM_DIR");
+        rmdir(dir);
         free(buf);
         free(expect);
     }
