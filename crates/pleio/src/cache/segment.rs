@@ -1023,7 +1023,6 @@ impl Drop for Segment {
     }
 }
 
-/// True if `path` (not followed) is the file of device and inode `id`.
 /// `f`'s metadata, an error naming `path` if fstat fails.
 fn fstat(f: &File, path: &Path) -> Result<std::fs::Metadata, SegmentError> {
     f.metadata().map_err(|error| SegmentError::Os {
@@ -1033,6 +1032,7 @@ fn fstat(f: &File, path: &Path) -> Result<std::fs::Metadata, SegmentError> {
     })
 }
 
+/// True if `path` (not followed) is the file of device and inode `id`.
 fn same_file(path: &Path, id: (u64, u64)) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == id)
 }
