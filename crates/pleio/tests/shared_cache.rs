@@ -217,6 +217,30 @@ fn sigkilled_clients_leave_a_usable_cache() {
     assert!(seg.stats().hits > 0);
 }
 
+/// The segment's memory is taken whole when it is made (so no later write
+/// finds a hole: no allocating fault on the cold path, and a full
+/// `/dev/shm` fails the attach instead of a write).
+#[test]
+fn a_new_segment_is_allocated_whole() {
+    need_shm!();
+    use std::os::unix::fs::MetadataExt;
+    let fx = Fixture::qwen(5_000, 37);
+    let shared = open(fx.file.path(), Strategy::Shared);
+    assert_eq!(
+        raw(&shared, &[1]),
+        raw(&open(fx.file.path(), Strategy::Pread), &[1])
+    );
+    let seg = shared.shared_segment().unwrap();
+    let m = std::fs::metadata(seg.path()).unwrap();
+    assert_eq!(m.len(), seg.bytes());
+    assert!(
+        m.blocks() * 512 >= m.len(),
+        "{} of {} bytes allocated",
+        m.blocks() * 512,
+        m.len()
+    );
+}
+
 #[test]
 fn a_removed_segment_is_replaced_and_rows_stay_exact() {
     need_shm!();

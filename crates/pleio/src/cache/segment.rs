@@ -368,6 +368,7 @@ impl Segment {
                                 s.remove_on_detach = false;
                                 continue;
                             }
+                            s.map.populate();
                             return Ok(s);
                         }
                         // Segments are linked into place whole, so a short
@@ -467,6 +468,7 @@ impl Segment {
             .map_err(|e| cleanup(os("fchmod", e)))?;
         f.set_len(geo.total as u64 * 8)
             .map_err(|e| cleanup(os("ftruncate", e)))?;
+        shm::allocate(&f, geo.total as u64 * 8).map_err(|e| cleanup(os("fallocate", e)))?;
         let map = SharedWords::map(&f, geo.total).map_err(|e| cleanup(os("mmap", e)))?;
         let w = map.words();
         let set = |i: usize, v: u64| w[i].store(v, Ordering::Relaxed);

@@ -68,6 +68,24 @@ impl SharedWords {
         })
     }
 
+    /// Maps every page of the segment into this process's page tables now
+    /// (`MADV_POPULATE_WRITE`, Linux 5.14+), so gathers never take a page
+    /// fault on it: one call at attach instead of a fault on the first
+    /// touch of each page. Best effort: an older kernel, or a file shrunk
+    /// meanwhile (an error here, not `SIGBUS`), leaves the pages to fault in.
+    pub fn populate(&self) {
+        #[cfg(target_os = "linux")]
+        // SAFETY: advice over exactly this live mapping; populating reads
+        // and writes nothing the program sees (the pages' contents stay).
+        unsafe {
+            let _ = libc::madvise(
+                self.ptr.as_ptr().cast(),
+                self.words * 8,
+                libc::MADV_POPULATE_WRITE,
+            );
+        }
+    }
+
     /// Asks the CPU to bring the cache lines of words `at..at + n` in (a
     /// software prefetch: no load, no fault); words past the end are
     /// ignored.
@@ -133,6 +151,31 @@ pub fn create_segment(path: &Path, mode: u32) -> io::Result<File> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
     regular(f)
+}
+
+/// Allocates the first `len` bytes of `f` (a new segment file) now, so no
+/// later write finds a hole: on tmpfs that is every page of the segment
+/// made and zeroed once, by its creator, instead of on the first write to
+/// each slot by whichever process fills it (a page fault that allocates
+/// and zeroes: the cold path's largest CPU cost), and a full `/dev/shm` is
+/// `ENOSPC` here rather than `SIGBUS` on some later write. A file system
+/// without `fallocate` (`EOPNOTSUPP`) is left as it is.
+pub fn allocate(f: &File, len: u64) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let len = libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: fallocate on a descriptor we own, no pointers.
+        if unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+                return Err(e);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (f, len);
+    Ok(())
 }
 
 fn regular(f: File) -> io::Result<File> {
