@@ -368,7 +368,6 @@ impl Segment {
                                 s.remove_on_detach = false;
                                 continue;
                             }
-                            s.map.populate();
                             return Ok(s);
                         }
                         // Segments are linked into place whole, so a short

@@ -68,24 +68,6 @@ impl SharedWords {
         })
     }
 
-    /// Maps every page of the segment into this process's page tables now
-    /// (`MADV_POPULATE_WRITE`, Linux 5.14+), so gathers never take a page
-    /// fault on it: one call at attach instead of a fault on the first
-    /// touch of each page. Best effort: an older kernel, or a file shrunk
-    /// meanwhile (an error here, not `SIGBUS`), leaves the pages to fault in.
-    pub fn populate(&self) {
-        #[cfg(target_os = "linux")]
-        // SAFETY: advice over exactly this live mapping; populating reads
-        // and writes nothing the program sees (the pages' contents stay).
-        unsafe {
-            let _ = libc::madvise(
-                self.ptr.as_ptr().cast(),
-                self.words * 8,
-                libc::MADV_POPULATE_WRITE,
-            );
-        }
-    }
-
     /// Asks the CPU to bring the cache lines of words `at..at + n` in (a
     /// software prefetch: no load, no fault); words past the end are
     /// ignored.
