@@ -76,6 +76,8 @@ const KIND: u64 = 3 << 62;
 /// How long a process waits for another live one to fill a row before
 /// reading it itself (without caching it).
 const FILL_WAIT: Duration = Duration::from_secs(5);
+/// The first sleep of a gather's waits for rows other processes fill.
+pub const FIRST_NAP: Duration = Duration::from_micros(20);
 /// How long a set's claim lock is waited for before it is taken anyway
 /// (it only keeps two processes from reading the same row; the slots stay
 /// exclusive by their own state words).
@@ -979,9 +981,21 @@ impl Segment {
     /// `Hit` once the row is there, `Claimed` if its writer died (the slot
     /// is now ours), `Uncached` after [`FILL_WAIT`] or if the slot moved on
     /// to something else (the caller probes again or reads the row).
-    pub fn wait(&self, slot: usize, state: u64, row: u64, dst: &mut [u8], reclaimed: &mut u64) -> Probe {
+    /// Polls with sleeps of `nap`, doubled after each up to 1 ms; a gather
+    /// waiting for many rows passes the same `nap` (starting at
+    /// [`FIRST_NAP`]) to every wait, so the rows that follow a slow one
+    /// do not restart at short sleeps that wake the waiter thousands of
+    /// times, taking the CPU from the process reading the rows.
+    pub fn wait(
+        &self,
+        slot: usize,
+        state: u64,
+        row: u64,
+        dst: &mut [u8],
+        reclaimed: &mut u64,
+        nap: &mut Duration,
+    ) -> Probe {
         let start = Instant::now();
-        let mut nap = Duration::from_micros(20);
         loop {
             let st = self.state(slot).load(Ordering::Acquire);
             if st == READY {
@@ -1004,8 +1018,8 @@ impl Segment {
             if start.elapsed() > FILL_WAIT {
                 return Probe::Uncached;
             }
-            std::thread::sleep(nap);
-            nap = (nap * 2).min(Duration::from_millis(1));
+            std::thread::sleep(*nap);
+            *nap = (*nap * 2).min(Duration::from_millis(1));
         }
     }
 }

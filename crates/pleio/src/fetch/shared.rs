@@ -270,11 +270,12 @@ impl SharedReader {
         // after all the waits, and read ourselves.
         claimed.clear();
         let mut again = Vec::new();
+        let mut nap = crate::cache::segment::FIRST_NAP;
         for &(u, slot, state) in &waits {
             d.waits += 1;
             let row = groups[u].row;
             let dst = &mut st.bytes[u * rb..(u + 1) * rb];
-            match seg.wait(slot, state, row, dst, &mut d.reclaims) {
+            match seg.wait(slot, state, row, dst, &mut d.reclaims, &mut nap) {
                 Probe::Hit => d.hits += 1,
                 Probe::Claimed(slot) => {
                     claims.keys.push(slot);
