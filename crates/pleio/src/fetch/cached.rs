@@ -185,7 +185,7 @@ pub(super) fn group_request(
 ) -> Result<Vec<Group>, GatherError> {
     s.order.clear();
     s.order.extend(rows.iter().copied().zip(0..));
-    s.order.sort_unstable();
+    super::order::sort_pairs(&mut s.order, &mut s.sort);
     let order = &s.order;
     let mut groups = Vec::new();
     let mut k = 0;

@@ -171,6 +171,8 @@ pub(super) fn read_error(reader: &Reader, error: IoError) -> GatherError {
 pub(super) struct Scratch {
     /// (row id, index in the request), sorted by row.
     pub(super) order: Vec<(u64, usize)>,
+    /// Buffers of the sort of `order`.
+    pub(super) sort: super::order::SortBuffers,
     /// Distinct rows, ascending.
     pub(super) uniq: Vec<u64>,
     /// Every part of every distinct row (slot `u * parts + part` for
@@ -240,7 +242,7 @@ impl Table {
         if s.order.is_empty() {
             return Ok(());
         }
-        s.order.sort_unstable();
+        super::order::sort_pairs(&mut s.order, &mut s.sort);
         s.uniq.clear();
         s.uniq.extend(s.order.iter().map(|&(r, _)| r));
         s.uniq.dedup();

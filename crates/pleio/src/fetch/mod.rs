@@ -28,6 +28,7 @@ mod cached;
 mod shared;
 mod direct;
 mod known_pages;
+mod order;
 #[cfg(feature = "internals")]
 pub mod lookahead;
 #[cfg(not(feature = "internals"))]
