@@ -9,13 +9,13 @@
 //!   identity, counters, an attach table of pids and a label;
 //! - per set of [`WAYS`] slots, two words: the set's claim lock (the
 //!   holder's pid and thread token, 0 when free) and its CLOCK hand;
-//! - per set, from a 64-byte boundary, its slots' tags: the row id + 1 of
-//!   each (0: none), 8 words, one cache line, so a lookup reads one line;
-//! - the slot area from a page boundary: per slot, three words, the seqlock
+//! - from a page boundary, per set, one block of whole cache lines: its
+//!   slots' tags (the row id + 1 of each, 0: none; 8 words, one line, so a
+//!   lookup reads one line), then its slots: three words each, the seqlock
 //!   version (odd while a writer owns the slot), the state (empty, ready,
 //!   or filling by pid and thread token) and the CLOCK reference bit, then
-//!   the row's stored bytes in whole words, so a hit reads the tag line
-//!   and its slot's consecutive words (two pages, not three).
+//!   the row's stored bytes in whole words. A hit reads the tag line and
+//!   its slot's consecutive words, on one page unless the block crosses one.
 //!
 //! The segment's geometry is fixed at creation from the budget of the
 //! process that made it: one budget per machine.
@@ -31,7 +31,7 @@ use crate::sys::shm::{self, SharedWords};
 /// "PLEIOSHM" little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PLEIOSHM");
 /// The segment layout's version.
-pub const VERSION: u64 = 2;
+pub const VERSION: u64 = 3;
 /// Slots per set (rows map to a set by hash; a set is searched whole).
 pub const WAYS: usize = 8;
 /// Words of the header.
@@ -104,6 +104,15 @@ pub enum SegmentError {
         /// The segment.
         path: PathBuf,
         /// What does not match.
+        reason: String,
+    },
+    /// The file is shorter than a segment, or than its header says: not a
+    /// segment, or one another process shrank.
+    #[error("{}: short file ({reason})", path.display())]
+    Short {
+        /// The segment.
+        path: PathBuf,
+        /// Its length, and what it should be.
         reason: String,
     },
     /// The budget cannot hold one set of slots.
@@ -194,34 +203,45 @@ struct Geometry {
     sets: usize,
     stride_words: usize,
     sets_at: usize,
-    tags_at: usize,
-    data_at: usize,
+    /// Where the set blocks start (a 4 KiB boundary).
+    blocks_at: usize,
+    /// Words of one slot: [`SLOT_META`] and the stride, padded so a slot
+    /// spans no more cache lines than it must (a power of two up to a
+    /// line, whole lines above).
+    slot: usize,
+    /// Words of one set block: its tag line, then its slots.
+    block: usize,
     total: usize,
 }
 
 impl Geometry {
     fn new(sets: usize, stride_words: usize) -> Option<Geometry> {
-        let slots = sets.checked_mul(WAYS)?;
         let sets_at = HEADER_WORDS;
-        // Each set's tags in one 64-byte line.
-        let tags_at = sets_at.checked_add(sets.checked_mul(2)?)?.checked_add(7)? / 8 * 8;
-        let end = tags_at.checked_add(slots)?;
-        // The slot area starts on a 4 KiB boundary.
-        let data_at = end.checked_add(511)? / 512 * 512;
-        let total = data_at.checked_add(slots.checked_mul(SLOT_META.checked_add(stride_words)?)?)?;
+        let meta = SLOT_META.checked_add(stride_words)?;
+        let slot = if meta <= 8 {
+            meta.next_power_of_two()
+        } else {
+            meta.checked_add(7)? / 8 * 8
+        };
+        let block = WAYS.checked_add(WAYS.checked_mul(slot)?)?.checked_add(7)? / 8 * 8;
+        let end = sets_at.checked_add(sets.checked_mul(2)?)?;
+        let blocks_at = end.checked_add(511)? / 512 * 512;
+        let total = blocks_at.checked_add(sets.checked_mul(block)?)?;
         (total <= (isize::MAX as usize) / 8).then_some(Geometry {
             sets,
             stride_words,
             sets_at,
-            tags_at,
-            data_at,
+            blocks_at,
+            slot,
+            block,
             total,
         })
     }
 
     /// The most sets `budget` bytes hold for rows of `stride_words`.
     fn for_budget(budget: u64, stride_words: usize) -> Option<Geometry> {
-        let per_set = (2 + WAYS + WAYS * (SLOT_META + stride_words)) as u64 * 8;
+        let block = Geometry::new(1, stride_words)?.block;
+        let per_set = (2 + block) as u64 * 8;
         let mut sets = (budget.saturating_sub((HEADER_WORDS as u64 + 512) * 8) / per_set) as usize;
         while sets > 0 {
             match Geometry::new(sets, stride_words) {
@@ -234,6 +254,11 @@ impl Geometry {
 
     fn slots(&self) -> usize {
         self.sets * WAYS
+    }
+
+    /// The first word of `set`'s block: its tag line.
+    fn tags_of(&self, set: usize) -> usize {
+        self.blocks_at + set * self.block
     }
 }
 
@@ -376,7 +401,7 @@ impl Segment {
                         // one was shrunk by someone: it serves no one.
                         // Remove it (if it is still the file we looked at)
                         // and make a new one.
-                        Err(SegmentError::Foreign { reason, .. }) if reason.starts_with("short") => {
+                        Err(SegmentError::Short { .. }) => {
                             if same_file(&path, (meta.dev(), meta.ino())) {
                                 let _ = std::fs::remove_file(&path);
                             }
@@ -518,13 +543,13 @@ impl Segment {
         path: &Path,
         id: Option<&Identity>,
     ) -> Result<Segment, SegmentError> {
-        let foreign = |reason: String| SegmentError::Foreign {
+        let short = |reason: String| SegmentError::Short {
             path: path.to_path_buf(),
             reason,
         };
         let len = meta.len();
         if len < HEADER_WORDS as u64 * 8 {
-            return Err(foreign(format!("short file ({len} bytes): not a segment")));
+            return Err(short(format!("{len} bytes: not a segment")));
         }
         let hmap = SharedWords::map(&f, HEADER_WORDS).map_err(|error| SegmentError::Os {
             path: path.to_path_buf(),
@@ -534,11 +559,14 @@ impl Segment {
         let h = |i: usize| hmap.words()[i].load(Ordering::Acquire);
         // Shrunk under us: the header now reads as zeros.
         let foreign = |reason: String| {
-            foreign(if hmap.lost() {
-                "short file (shrunk while being opened)".into()
+            if hmap.lost() {
+                short("shrunk while being opened".into())
             } else {
-                reason
-            })
+                SegmentError::Foreign {
+                    path: path.to_path_buf(),
+                    reason,
+                }
+            }
         };
         if h(H_MAGIC) != MAGIC {
             return Err(foreign("no pleio segment magic".into()));
@@ -557,8 +585,8 @@ impl Segment {
             .filter(|_| row_bytes > 0 && row_bytes.div_ceil(8) == stride as u64)
             .ok_or_else(|| foreign("inconsistent header (sets, stride, length)".into()))?;
         if len != geo.total as u64 * 8 {
-            return Err(foreign(format!(
-                "short file ({len} bytes, header says {})",
+            return Err(short(format!(
+                "{len} bytes, header says {}",
                 geo.total * 8
             )));
         }
@@ -710,7 +738,7 @@ impl Segment {
 
     /// `slot`'s tag: its row id + 1 (0: none), in the tag line of its set.
     fn tag(&self, slot: usize) -> &AtomicU64 {
-        self.word(self.geo.tags_at + slot)
+        self.word(self.geo.tags_of(slot / WAYS) + slot % WAYS)
     }
 
     /// `slot`'s state (free, being filled, ready, or a claimant's token).
@@ -725,7 +753,7 @@ impl Segment {
 
     /// The first word of `slot` in the slot area.
     fn slot_at(&self, slot: usize) -> usize {
-        self.geo.data_at + slot * (SLOT_META + self.geo.stride_words)
+        self.geo.tags_of(slot / WAYS) + WAYS + slot % WAYS * self.geo.slot
     }
 
     fn payload(&self, slot: usize) -> &[AtomicU64] {
@@ -784,7 +812,15 @@ impl Segment {
     #[inline]
     pub fn prefetch_set(&self, row: u64) {
         self.map
-            .prefetch(self.geo.tags_at + set_of(row, self.geo.sets) * WAYS, WAYS);
+            .prefetch(self.geo.tags_of(set_of(row, self.geo.sets)), WAYS);
+    }
+
+    /// The slots of `row`'s set whose tag is `row`'s (not yet checked to
+    /// be ready).
+    fn tagged(&self, row: u64) -> impl Iterator<Item = usize> + '_ {
+        let base = set_of(row, self.geo.sets) * WAYS;
+        let want = row.wrapping_add(1);
+        (base..base + WAYS).filter(move |&s| self.tag(s).load(Ordering::Relaxed) == want)
     }
 
     /// The slot whose row id is `row`'s, if any (not yet checked to be
@@ -792,11 +828,8 @@ impl Segment {
     /// [`Segment::read`] a few rows later.
     #[inline]
     pub fn find(&self, row: u64) -> Option<usize> {
-        let base = set_of(row, self.geo.sets) * WAYS;
-        let want = row.wrapping_add(1);
-        let s = (base..base + WAYS).find(|&s| self.tag(s).load(Ordering::Relaxed) == want)?;
-        self.map
-            .prefetch(self.slot_at(s), SLOT_META + self.geo.stride_words);
+        let s = self.tagged(row).next()?;
+        self.map.prefetch(self.slot_at(s), self.geo.slot);
         Some(s)
     }
 
@@ -809,11 +842,7 @@ impl Segment {
 
     /// Looks `row` up without any lock or system call.
     pub fn lookup(&self, row: u64, dst: &mut [u8]) -> bool {
-        let base = set_of(row, self.geo.sets) * WAYS;
-        (base..base + WAYS).any(|s| {
-            self.tag(s).load(Ordering::Relaxed) == row.wrapping_add(1)
-                && self.read_slot(s, row, dst).is_some()
-        })
+        self.tagged(row).any(|s| self.read_slot(s, row, dst).is_some())
     }
 
     /// Looks `row` up, and on a miss claims a slot for it (one claim per
@@ -1081,8 +1110,10 @@ mod tests {
                     continue;
                 };
                 assert!(g.total as u64 * 8 <= budget);
-                assert!(g.data_at.is_multiple_of(512) && g.data_at >= g.tags_at + g.slots());
-                assert!(g.tags_at.is_multiple_of(8) && g.tags_at >= g.sets_at + 2 * g.sets);
+                assert!(g.blocks_at.is_multiple_of(512) && g.blocks_at >= g.sets_at + 2 * g.sets);
+                assert!(g.block.is_multiple_of(8) && g.block >= WAYS * (1 + g.slot));
+                assert!(g.slot >= SLOT_META + w && (g.slot.is_multiple_of(8) || 8 % g.slot == 0));
+                assert_eq!(g.total, g.blocks_at + g.sets * g.block);
             }
         }
         assert!(Geometry::for_budget(4096, 1024).is_none());
