@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use pleio::cache::segment::{self, Segment, SegmentInfo};
+use pleio::cache::segment::{self, Segment, SegmentError, SegmentInfo};
 use serde_json::json;
 
 use crate::output::human_bytes;
@@ -25,7 +25,8 @@ enum Sub {
     /// evictions, waits, attached processes.
     Stats(Pick),
     /// Remove segments (all when none is named): attached processes move to
-    /// a new one at their next gather.
+    /// a new one at their next gather. A segment of another pleio build's
+    /// layout is unlinked.
     Rm {
         /// Segment files or names (`pleio-...`); all when omitted.
         segments: Vec<PathBuf>,
@@ -47,10 +48,23 @@ pub fn run(a: Args) -> Result<()> {
         Sub::Stats(p) => show(&p, true),
         Sub::Rm { segments } => {
             for path in pick(&segments)? {
-                let s = Segment::inspect(&path)?;
-                s.remove()
-                    .with_context(|| format!("removing {}", path.display()))?;
-                println!("removed {}", path.display());
+                let note = match Segment::inspect(&path) {
+                    Ok(s) => {
+                        s.remove()
+                            .with_context(|| format!("removing {}", path.display()))?;
+                        String::new()
+                    }
+                    // Another build's layout: no process of this build
+                    // can use it, so it is only unlinked (its own
+                    // processes keep their mapping until they exit).
+                    Err(SegmentError::Version { found, .. }) => {
+                        std::fs::remove_file(&path)
+                            .with_context(|| format!("removing {}", path.display()))?;
+                        format!(" (layout version {found})")
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                println!("removed {}{note}", path.display());
             }
             Ok(())
         }
@@ -90,14 +104,25 @@ fn show(p: &Pick, stats: bool) -> Result<()> {
         let j = json!({
             "run": crate::report::run_json(),
             "dir": segment::shm_dir(),
+            "dir_tmpfs_huge": tmpfs_huge(&segment::shm_dir()),
             "segments": infos.iter().map(to_json).collect::<Vec<_>>(),
             "unreadable": bad.iter().map(|(p, e)| json!({"path": p, "error": e})).collect::<Vec<_>>(),
         });
         println!("{j}");
         return Ok(());
     }
+    let dir = segment::shm_dir();
     if infos.is_empty() && bad.is_empty() {
-        println!("no shared row caches in {}", segment::shm_dir().display());
+        println!("no shared row caches in {}", dir.display());
+    }
+    match tmpfs_huge(&dir).as_deref() {
+        Some("always" | "within_size") => {}
+        Some(h) => println!(
+            "{}: tmpfs with huge={h}: segments use 4 KiB pages (with huge=within_size, hits \
+             are faster: docs/cache.md, \"Huge pages\")",
+            dir.display()
+        ),
+        None => println!("{}: not a tmpfs", dir.display()),
     }
     for i in &infos {
         print_one(i, stats);
@@ -145,6 +170,33 @@ fn print_one(i: &SegmentInfo, stats: bool) {
             s.evictions, s.waits, s.reclaims
         );
     }
+}
+
+/// The `huge=` option of the tmpfs holding `dir` (`never` when not given),
+/// or `None` when `dir` is not on a tmpfs (or `/proc/self/mounts` is not
+/// readable).
+fn tmpfs_huge(dir: &std::path::Path) -> Option<String> {
+    let dir = std::fs::canonicalize(dir).ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    // The last mount of the longest mount point holding `dir` is the one
+    // it is on.
+    let mut best: Option<(usize, bool, String)> = None;
+    for line in mounts.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let [_, point, fstype, opts, ..] = f[..] else {
+            continue;
+        };
+        let point = point.replace("\\040", " ");
+        if !dir.starts_with(&point) || best.as_ref().is_some_and(|b| b.0 > point.len()) {
+            continue;
+        }
+        let huge = opts
+            .split(',')
+            .find_map(|o| o.strip_prefix("huge="))
+            .unwrap_or("never");
+        best = Some((point.len(), fstype == "tmpfs", huge.to_string()));
+    }
+    best.filter(|b| b.1).map(|b| b.2)
 }
 
 fn pids(p: &[u32]) -> String {

@@ -115,6 +115,14 @@ pub enum SegmentError {
         /// Its length, and what it should be.
         reason: String,
     },
+    /// A segment of another layout version (made by another pleio build).
+    #[error("{}: segment layout version {found} (this build: {VERSION}); `pleio cache rm` removes it", path.display())]
+    Version {
+        /// The segment.
+        path: PathBuf,
+        /// Its layout version.
+        found: u64,
+    },
     /// The budget cannot hold one set of slots.
     #[error("a shared row cache budget of {budget} bytes is too small: rows of {row_bytes} bytes need at least {need}")]
     BudgetTooSmall {
@@ -572,10 +580,10 @@ impl Segment {
             return Err(foreign("no pleio segment magic".into()));
         }
         if h(H_VERSION) != VERSION {
-            return Err(foreign(format!(
-                "segment layout version {} (this build: {VERSION})",
-                h(H_VERSION)
-            )));
+            return Err(SegmentError::Version {
+                path: path.to_path_buf(),
+                found: h(H_VERSION),
+            });
         }
         let sets = usize::try_from(h(H_SETS)).unwrap_or(0);
         let stride = usize::try_from(h(H_STRIDE)).unwrap_or(0);
