@@ -74,7 +74,8 @@ def machine():
 
 def start(argv=None):
     """The state `stamp` needs: call it before the work."""
-    return {"argv": list(sys.argv if argv is None else argv), "commit": commit(),
+    return {"argv": list(sys.argv if argv is None else argv),
+            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("PLEIO_")}, "commit": commit(),
             "started_unix": int(time.time()), "t0": time.monotonic(), "load_start": load_average()}
 
 

@@ -79,6 +79,12 @@ pub fn run_json() -> Json {
             .unwrap_or((SystemTime::now(), Instant::now(), None));
     json!({
         "argv": std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>(),
+        // The PLEIO_* settings the run had (the segment directory, ...), so
+        // its command can be repeated as it was run.
+        "env": std::env::vars_os()
+            .filter(|(k, _)| k.to_string_lossy().starts_with("PLEIO_"))
+            .map(|(k, v)| (k.to_string_lossy().into_owned(), Json::from(v.to_string_lossy().into_owned())))
+            .collect::<serde_json::Map<_, _>>(),
         "commit": env!("PLEIO_GIT_COMMIT"),
         "started_unix": started.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         "seconds": t0.elapsed().as_secs_f64(),
