@@ -271,7 +271,8 @@ def made_by(path, rep):
         argv.insert(0, "python3")
     load = lambda l: f"{l[0]:.1f}" if l else "unknown"
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(run["started_unix"]))
-    return (f"<sub>Made by `{shlex.join(argv)}` at commit {run['commit'][:10]}{'-dirty' if run['commit'].endswith('-dirty') else ''}, "
+    env = [f"{k}={shlex.quote(v)}" for k, v in sorted(run.get("env", {}).items())]
+    return (f"<sub>Made by `{' '.join(env + [shlex.join(argv)])}` at commit {run['commit'][:10]}{'-dirty' if run['commit'].endswith('-dirty') else ''}, "
             f"{when}, {run['seconds']:.0f} s, release build, {m['cpus']} CPUs; load average "
             f"{load(run['load_start'])} at the start and {load(run['load_end'])} at the end "
             f"(report `{Path(path).as_posix()}`).</sub>")
@@ -622,6 +623,36 @@ def llama_speed(path):
     return "\n".join(out)
 
 
+def shared_hits(*labelled):
+    """Warm `pleio bench` reports of `cached` and `shared`, one per setup,
+    each given as `LABEL=REPORT`: per setup and batch size, both arms'
+    median / fastest gather and shared / cached (medians)."""
+    pairs = [a.split("=", 1) for a in labelled]
+    reps = [load(p) for _, p in pairs]
+    out = ["Median / fastest warm gather, us, raw rows.", "",
+           "| setup | rows | `cached` | `shared` | shared / cached (median) |", "|---|---:|---:|---:|---:|"]
+    for (label, _), rep in zip(pairs, reps):
+        for rows in sorted({a["rows"] for a in rep["arms"] if not a["cold"]}):
+            by = {a["strategy"]: a for a in rep["arms"] if a["rows"] == rows and not a["cold"]}
+            c, sh = by["cached"], by["shared"]
+            out.append(f"| {label} | {rows} | {c['median_us']:.1f} / {c['min_us']:.1f} | "
+                       f"{sh['median_us']:.1f} / {sh['min_us']:.1f} | {sh['median_us'] / c['median_us']:.2f}x |")
+    return "\n".join(out) + "\n\n" + "\n\n".join(made_by(p, r) for (_, p), r in zip(pairs, reps))
+
+
+def shared_soak(*paths):
+    """`scripts/shared_soak.py --json`: clients, chaos and the segments' counters of each soak."""
+    out = ["| clients (Rust + Python + C) | seconds | client runs | kills | removals | shrinks | hits | misses | "
+           "evictions | slots taken back | failures |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    reps = [load(p) for p in paths]
+    for r in reps:
+        c, ch, t = r["clients"], r["chaos"], r["totals"]
+        out.append(f"| {sum(c.values())} ({c['rust']} + {c['python']} + {c['c']}) | {r['seconds']:.0f} | {r['runs']} | "
+                   f"{ch['kills']} | {ch['removes']} | {ch['shrinks']} | {t['hits']} | {t['misses']} | "
+                   f"{t['evictions']} | {t['reclaims']} | {len(r['failures'])} |")
+    return "\n".join(out) + "\n\n" + "\n\n".join(made_by(p, r) for p, r in zip(paths, reps))
+
+
 def med_of(xs):
     xs = sorted(xs)
     n = len(xs)
@@ -636,7 +667,8 @@ RENDERERS = {"torch": torch_table, "transformers-rss": transformers_rss, "vllm-r
              "rivals": rivals_table, "rivals-setup": rivals_setup, "rivals-probes": rivals_probes,
              "rivals-rowids": rivals_rowids, "rivals-formats": lambda path: rivals_probes(path, "formats"),
              "engine-rss": engine_rss, "llama-speed": llama_speed,
-             "warm-floor": warm_floor, "shared-cold": shared_cold, "shared-warm": shared_warm}
+             "warm-floor": warm_floor, "shared-cold": shared_cold, "shared-warm": shared_warm,
+             "shared-soak": shared_soak, "shared-hits": shared_hits}
 
 
 def run(cmd):

@@ -3,7 +3,7 @@
 two measurements:
 
     python3 scripts/shared_bench.py cold TABLE [--procs 4] [--rows 1792] [--runs 2] [--report OUT.json]
-    python3 scripts/shared_bench.py warm TABLE [--procs 4] [--batches 50] [--repeat 5] [--report OUT.json]
+    python3 scripts/shared_bench.py warm TABLE [--procs 4] [--batches 50] [--repeat 5] [--shm-dir DIR] [--report OUT.json]
 
 - cold: 1 process, then N, ask for the same cold batch of `--rows` random
   rows at once, each from an empty segment; each prints its gather time,
@@ -177,6 +177,9 @@ def main():
     common.add_argument("--seed", type=int, default=1)
     common.add_argument("--pleio", default=str(ROOT / "target" / "release" / "pleio"))
     common.add_argument("--report", help="also write the figures, stamped, as JSON here")
+    common.add_argument("--shm-dir", default="/dev/shm",
+                        help="where the run's private segment directory goes (default /dev/shm; a tmpfs "
+                             "mounted huge=within_size gives the segment huge pages)")
     sub = ap.add_subparsers(dest="what", required=True)
     c = sub.add_parser("cold", parents=[common], help="N processes gather one cold batch at once")
     c.add_argument("--rows", type=int, default=1792)
@@ -187,7 +190,7 @@ def main():
     a = ap.parse_args()
     a.pleio = os.path.abspath(a.pleio)
     state = reportmeta.start()
-    shm = tempfile.mkdtemp(prefix="pleio-bench-", dir="/dev/shm")
+    shm = tempfile.mkdtemp(prefix="pleio-bench-", dir=a.shm_dir)
     os.environ["PLEIO_SHM_DIR"] = shm
     # cold: segments outlive their last handle, for `pleio cache stats`.
     os.environ.pop("PLEIO_SHARED_KEEP", None)

@@ -35,6 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import reportmeta  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET = "1M"
 
@@ -100,6 +103,7 @@ def main():
         client(a.client[0], float(a.client[1]), int(a.client[2]))
         return 0
 
+    a.meta = reportmeta.start()
     pleio_bin = os.path.abspath(a.pleio)
     work = Path(tempfile.mkdtemp(prefix="pleio-soak-", dir=ROOT / "target"))
     shm = Path(tempfile.mkdtemp(prefix="pleio-soak-", dir="/dev/shm"))
@@ -196,11 +200,11 @@ def soak(a, pleio_bin, work, shm, env):
     failures = [f for c_ in clients for f in c_.failures]
     seen.extend(segment_stats(pleio_bin, env))
     keys = ("budget_bytes", "hits", "misses", "evictions", "waits", "reclaims", "uncached")
-    report = {"seconds": a.seconds, "clients": {k: sum(c_.kind == k for c_ in clients) for k in ("rust", "python", "c")},
+    report = {"schema": "pleio-script-report/1", **reportmeta.stamp(a.meta), "seconds": a.seconds, "clients": {k: sum(c_.kind == k for c_ in clients) for k in ("rust", "python", "c")},
               "runs": sum(c_.runs for c_ in clients), "chaos": chaos, "failures": failures,
               "segments": [{k: s.get(k) for k in keys} for s in seen],
               "totals": {k: sum(s.get(k) or 0 for s in seen) for k in keys[1:]}}
-    print(json.dumps({k: v for k, v in report.items() if k != "segments"}, indent=1))
+    print(json.dumps({k: v for k, v in report.items() if k not in ("segments", "run", "machine")}, indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(report, indent=1) + "\n")
     if failures:
