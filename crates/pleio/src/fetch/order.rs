@@ -45,7 +45,8 @@ pub(super) fn sort_pairs(pairs: &mut [(u64, usize)], buf: &mut SortBuffers) {
 /// Sorts `keys` by their low `bits` bits (the rest are zero), 8 at a
 /// pass; `tmp` is scratch of any content.
 fn radix_sort(keys: &mut Vec<u64>, tmp: &mut Vec<u64>, bits: u32) {
-    tmp.clear();
+    // Every element of `tmp` is written before it is read: only its length
+    // matters (no clearing, so a reused buffer is not zeroed each call).
     tmp.resize(keys.len(), 0);
     let mut shift = 0;
     while shift < bits {
