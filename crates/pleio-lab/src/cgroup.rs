@@ -323,24 +323,12 @@ fn parse_limit(s: &str) -> Option<u64> {
 fn locate(mountinfo: &str, self_cgroup: &str) -> Result<Location, CgroupError> {
     let mut v1 = None;
     let mut v2 = None;
-    for line in mountinfo.lines() {
-        // id parent dev root mountpoint opts [optional...] - fstype src superopts
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let left: Vec<&str> = left.split(' ').collect();
-        let right: Vec<&str> = right.split(' ').collect();
-        let (Some(root), Some(mount), Some(fstype)) = (left.get(3), left.get(4), right.first())
-        else {
-            continue;
-        };
-        let superopts = right.get(2).copied().unwrap_or("");
-        let entry = (unescape(root), PathBuf::from(unescape(mount)));
-        match *fstype {
+    for m in crate::os::mounts(mountinfo) {
+        let memory = m.has_option("memory");
+        let entry = (m.root, m.point);
+        match m.fstype.as_str() {
             "cgroup2" if v2.is_none() => v2 = Some(entry),
-            "cgroup" if v1.is_none() && superopts.split(',').any(|o| o == "memory") => {
-                v1 = Some(entry)
-            }
+            "cgroup" if v1.is_none() && memory => v1 = Some(entry),
             _ => {}
         }
     }
@@ -408,29 +396,6 @@ fn enable_v2_memory(loc: &Location) -> Result<(), CgroupError> {
             loc.own.display()
         ),
     })
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let oct = b
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match (b[i], oct) {
-            (b'\\', Some(d)) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
-                i += 4;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

@@ -1,13 +1,13 @@
 //! What the lab asks of the OS that the engine never does: process
 //! counters and peak RSS (`/proc/self`), the machine's description, the
-//! texts that locate this process's memory cgroup, and free disk space
+//! texts that locate this process's memory cgroup, the mounts, and free disk space
 //! (`statvfs` through rustix's safe wrapper). Every reader answers `None`
 //! (or empty) where the OS does not tell.
 //!
 //! The engine keeps what it calls itself (page size, advice, eviction,
 //! residency, fault counters of one thread) in `pleio::sys`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A text file of `/proc`, if there is one.
 fn proc_text(path: &str) -> Option<String> {
@@ -95,6 +95,91 @@ pub fn cgroup_texts() -> (String, String) {
     )
 }
 
+/// One line of `/proc/self/mountinfo`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mount {
+    /// The mounted subtree of its file system (`/` for the whole).
+    pub root: String,
+    /// Where it is mounted.
+    pub point: PathBuf,
+    /// The file system type (`tmpfs`, `cgroup2`, ...).
+    pub fstype: String,
+    /// The file system's own options (`huge=within_size`, `memory`, ...).
+    pub superopts: String,
+}
+
+impl Mount {
+    /// The value of the file system option `key=value`, if given.
+    pub fn option(&self, key: &str) -> Option<&str> {
+        self.superopts
+            .split(',')
+            .find_map(|o| o.strip_prefix(key)?.strip_prefix('='))
+    }
+
+    /// True if the file system option `name` (a bare flag) is given.
+    pub fn has_option(&self, name: &str) -> bool {
+        self.superopts.split(',').any(|o| o == name)
+    }
+}
+
+/// The mounts in a text of `/proc/self/mountinfo`, in its order (later
+/// mounts over earlier ones); malformed lines are skipped.
+pub fn mounts(mountinfo: &str) -> impl Iterator<Item = Mount> + '_ {
+    mountinfo.lines().filter_map(|line| {
+        // id parent dev root mountpoint opts [optional...] - fstype src superopts
+        let (left, right) = line.split_once(" - ")?;
+        let left: Vec<&str> = left.split(' ').collect();
+        let mut right = right.split(' ');
+        let fstype = right.next()?;
+        Some(Mount {
+            root: unescape(left.get(3)?),
+            point: PathBuf::from(unescape(left.get(4)?)),
+            fstype: fstype.to_owned(),
+            superopts: right.nth(1).unwrap_or("").to_owned(),
+        })
+    })
+}
+
+/// The mount `path` is on (the last mount of the longest mount point
+/// holding it), if `/proc/self/mountinfo` tells.
+pub fn mount_of(path: &Path) -> Option<Mount> {
+    let path = std::fs::canonicalize(path).ok()?;
+    let text = proc_text("/proc/self/mountinfo")?;
+    let mut best: Option<Mount> = None;
+    for m in mounts(&text) {
+        let longer = best
+            .as_ref()
+            .is_none_or(|b| m.point.as_os_str().len() >= b.point.as_os_str().len());
+        if path.starts_with(&m.point) && longer {
+            best = Some(m);
+        }
+    }
+    best
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], oct) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Free bytes available to this user on the file system holding `path`,
 /// if the OS can tell.
 #[cfg(unix)]
@@ -113,6 +198,27 @@ pub fn free_bytes(_path: &Path) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mountinfo_lines_parse_with_escapes_and_options() {
+        let text = "25 1 0:22 / /dev/shm rw,nosuid shared:4 - tmpfs tmpfs rw,size=1024k,huge=within_size\n\
+                    26 1 0:23 /sub /my\\040dir rw - ext4 /dev/vda rw\n\
+                    no separator here\n";
+        let m: Vec<Mount> = mounts(text).collect();
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].point, PathBuf::from("/dev/shm"));
+        assert_eq!(
+            (m[0].fstype.as_str(), m[0].option("huge")),
+            ("tmpfs", Some("within_size"))
+        );
+        assert_eq!(m[0].option("size"), Some("1024k"));
+        assert!(m[0].has_option("rw") && !m[0].has_option("huge"));
+        assert_eq!(
+            (m[1].root.as_str(), m[1].point.clone()),
+            ("/sub", PathBuf::from("/my dir"))
+        );
+        assert_eq!(m[1].option("huge"), None);
+    }
 
     #[test]
     fn readers_answer_on_linux() {

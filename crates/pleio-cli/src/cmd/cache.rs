@@ -100,18 +100,18 @@ fn show(p: &Pick, stats: bool) -> Result<()> {
             Err(e) => return Err(e.into()),
         }
     }
+    let dir = segment::shm_dir();
     if p.json {
         let j = json!({
             "run": crate::report::run_json(),
-            "dir": segment::shm_dir(),
-            "dir_tmpfs_huge": tmpfs_huge(&segment::shm_dir()),
+            "dir": dir,
+            "dir_tmpfs_huge": tmpfs_huge(&dir),
             "segments": infos.iter().map(to_json).collect::<Vec<_>>(),
             "unreadable": bad.iter().map(|(p, e)| json!({"path": p, "error": e})).collect::<Vec<_>>(),
         });
         println!("{j}");
         return Ok(());
     }
-    let dir = segment::shm_dir();
     if infos.is_empty() && bad.is_empty() {
         println!("no shared row caches in {}", dir.display());
     }
@@ -119,7 +119,7 @@ fn show(p: &Pick, stats: bool) -> Result<()> {
         Some("always" | "within_size") => {}
         Some(h) => println!(
             "{}: tmpfs with huge={h}: segments use 4 KiB pages (with huge=within_size, hits \
-             are faster: docs/cache.md, \"Huge pages\")",
+             are faster: docs/cache.md, \"Layout and huge pages\")",
             dir.display()
         ),
         None => println!("{}: not a tmpfs", dir.display()),
@@ -173,30 +173,10 @@ fn print_one(i: &SegmentInfo, stats: bool) {
 }
 
 /// The `huge=` option of the tmpfs holding `dir` (`never` when not given),
-/// or `None` when `dir` is not on a tmpfs (or `/proc/self/mounts` is not
-/// readable).
+/// or `None` when `dir` is not on a tmpfs (or the OS does not tell).
 fn tmpfs_huge(dir: &std::path::Path) -> Option<String> {
-    let dir = std::fs::canonicalize(dir).ok()?;
-    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
-    // The last mount of the longest mount point holding `dir` is the one
-    // it is on.
-    let mut best: Option<(usize, bool, String)> = None;
-    for line in mounts.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        let [_, point, fstype, opts, ..] = f[..] else {
-            continue;
-        };
-        let point = point.replace("\\040", " ");
-        if !dir.starts_with(&point) || best.as_ref().is_some_and(|b| b.0 > point.len()) {
-            continue;
-        }
-        let huge = opts
-            .split(',')
-            .find_map(|o| o.strip_prefix("huge="))
-            .unwrap_or("never");
-        best = Some((point.len(), fstype == "tmpfs", huge.to_string()));
-    }
-    best.filter(|b| b.1).map(|b| b.2)
+    let m = pleio_lab::os::mount_of(dir).filter(|m| m.fstype == "tmpfs")?;
+    Some(m.option("huge").unwrap_or("never").to_owned())
 }
 
 fn pids(p: &[u32]) -> String {

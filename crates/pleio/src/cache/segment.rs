@@ -1089,13 +1089,19 @@ fn same_file(path: &Path, id: (u64, u64)) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == id)
 }
 
-/// The segments in `dir` (files named `pleio-*`).
+/// True for the names [`Identity::file_name`] makes: the prefix and 32 hex
+/// digits (not a segment being made, nor anything else named `pleio-*`).
+fn is_segment_name(name: &str) -> bool {
+    name.strip_prefix(PREFIX)
+        .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The segments in `dir` (entries named `pleio-` and 32 hex digits, not directories).
 pub fn list(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut v = Vec::new();
     for e in std::fs::read_dir(dir)? {
         let e = e?;
-        let name = e.file_name();
-        if name.to_string_lossy().starts_with(PREFIX) {
+        if is_segment_name(&e.file_name().to_string_lossy()) && !e.file_type()?.is_dir() {
             v.push(e.path());
         }
     }
@@ -1126,6 +1132,20 @@ mod tests {
         }
         assert!(Geometry::for_budget(4096, 1024).is_none());
         assert!(Geometry::new(usize::MAX / 2, 8).is_none());
+    }
+
+    #[test]
+    fn only_segment_names_are_listed() {
+        let id = Identity {
+            id: [1, u64::MAX],
+            rows: 1,
+            row_bytes: 1,
+        };
+        assert!(is_segment_name(&id.file_name()));
+        for other in ["pleio-", "pleio-lead32", "pleio-fuzz-ple-store-1", ".pleio-0.1.2"] {
+            assert!(!is_segment_name(other), "{other}");
+        }
+        assert!(!is_segment_name(&format!(".{}.1.2", id.file_name())));
     }
 
     #[test]
