@@ -347,6 +347,15 @@ impl NgramConfig {
     /// The `ngram_size` hash multipliers of PLE layer index `index` (0 for
     /// the one PLE layer of the released model).
     pub fn multipliers(&self, index: u64) -> Result<Vec<u64>, ConfigError> {
+        // One per n-gram order: bounded before the vector is made (a
+        // config's ngram_size of 333333333 was 2.7 GB and seconds of work).
+        if !(2..=crate::ngram::MAX_NGRAM as u32).contains(&self.ngram_size) {
+            return Err(ConfigError::Derivation(format!(
+                "ngram_size {} (2..={} supported)",
+                self.ngram_size,
+                crate::ngram::MAX_NGRAM
+            )));
+        }
         if self.vocab_size == 0 {
             return Err(ConfigError::Derivation("vocab_size is 0".into()));
         }
@@ -505,5 +514,11 @@ mod tests {
         assert_eq!(bare.ple_layer_index(5, &[2, 5]), Some(1));
         assert_eq!(bare.ple_layer_index(4, &[2, 5]), None);
         assert!(c.head_sizes(MAX_PLE_LAYER_INDEX + 1).is_err());
+        // A huge ngram_size is refused, not allocated (a fuzz finding).
+        let huge = NgramConfig {
+            ngram_size: 333_333_333,
+            ..c.clone()
+        };
+        assert!(huge.multipliers(0).is_err());
     }
 }
