@@ -242,6 +242,37 @@ fn a_new_segment_is_allocated_whole() {
 }
 
 #[test]
+fn repeats_and_evictions_in_large_batches_match_pread_counting_each_row_once() {
+    need_shm!();
+    // 3000 rows of 90 B in a 1 MiB budget: batches of up to 1500 ids with
+    // repeats, some found, some missed, some evicted by the same gather's
+    // claims (batches above 256 ids take the packed radix sort of the
+    // missed ids, whose request indices exceed their count).
+    let fx = Fixture::qwen(3_000, 35);
+    let path = fx.file.path();
+    let shared = open(path, Strategy::Shared);
+    let pread = open(path, Strategy::Pread);
+    let mut rng = Rng::new(35);
+    for round in 0..24u64 {
+        let n = 1 + (round * 97) % 1500;
+        let rows: Vec<u64> = (0..n).map(|_| rng.below(3_000)).collect();
+        let mut got = vec![0u8; rows.len() * shared.row_bytes() as usize];
+        let st = shared
+            .gather_as(pleio::Dtype::Raw, &rows, &mut got)
+            .unwrap();
+        assert!(got == raw(&pread, &rows), "round {round}: {n} ids");
+        let mut distinct = rows.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(
+            st.cache_hits + st.cache_misses,
+            distinct.len() as u64,
+            "round {round}: {st:?}"
+        );
+    }
+}
+
+#[test]
 fn a_removed_segment_is_replaced_and_rows_stay_exact() {
     need_shm!();
     let fx = Fixture::qwen(5_000, 33);

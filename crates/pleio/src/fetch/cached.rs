@@ -186,7 +186,14 @@ pub(super) fn group_request(
     s.order.clear();
     s.order.extend(rows.iter().copied().zip(0..));
     super::order::sort_pairs(&mut s.order, &mut s.sort);
-    let order = &s.order;
+    let groups = groups_of(&s.order);
+    t.stage_rows(&mut st.bytes, groups.len(), rows.len(), out)?;
+    Ok(groups)
+}
+
+/// The distinct rows of `order` (sorted by row) and where each one's run
+/// is.
+pub(super) fn groups_of(order: &[(u64, usize)]) -> Vec<Group> {
     let mut groups = Vec::new();
     let mut k = 0;
     while k < order.len() {
@@ -202,8 +209,7 @@ pub(super) fn group_request(
         });
         k = e;
     }
-    t.stage_rows(&mut st.bytes, groups.len(), rows.len(), out)?;
-    Ok(groups)
+    groups
 }
 
 /// Writes each distinct row's staged bytes (`staged[u * rb..]` for

@@ -173,6 +173,9 @@ pub(super) struct Scratch {
     pub(super) order: Vec<(u64, usize)>,
     /// Buffers of the sort of `order`.
     pub(super) sort: super::order::SortBuffers,
+    /// The request's first occurrences and repeats (`shared`'s first
+    /// look, which does not sort).
+    pub(super) repeats: super::order::Repeats,
     /// Distinct rows, ascending.
     pub(super) uniq: Vec<u64>,
     /// Every part of every distinct row (slot `u * parts + part` for

@@ -305,12 +305,13 @@ pub struct GatherStats {
     /// confirmed pages had been evicted behind pleio's back, so the
     /// residency bitmap was reset and those rows were read as cold.
     rearmed: bool,
-    /// `cached` only: distinct rows of the gather served from the row cache
-    /// (a row another gather was reading at the time counts here once it
-    /// arrives: it was read once, for both).
+    /// `cached` and `shared` only: distinct rows of the gather served from
+    /// the row cache (a row another gather was reading at the time counts
+    /// here once it arrives: it was read once, for both).
     cache_hits: u64,
-    /// `cached` only: distinct rows read from the device (with `O_DIRECT`,
-    /// [`GatherStats::read_bytes`] is then what the device delivered).
+    /// `cached` and `shared` only: distinct rows read from the device
+    /// (with `O_DIRECT`, [`GatherStats::read_bytes`] is then what the
+    /// device delivered).
     cache_misses: u64,
     /// `cached` only: rows evicted from the cache to make room.
     cache_evictions: u64,

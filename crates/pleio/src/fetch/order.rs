@@ -2,7 +2,8 @@
 //! step of every gather that deduplicates or reads in file order.
 //!
 //! A large request is sorted as packed `u64` keys (`row << b | index`, `b`
-//! the bits of the largest index) by a least-significant-digit radix sort
+//! the bits of the largest index, which may exceed the count: a gather's
+//! misses keep their request indices) by a least-significant-digit radix sort
 //! of 8-bit digits, as many as the largest key has: for 1792 random rows of
 //! a 48M-row table, about 3x faster than a comparison sort of the pairs.
 //! The result is the same as `sort_unstable` of the pairs (they are
@@ -25,10 +26,12 @@ pub(super) fn sort_pairs(pairs: &mut [(u64, usize)], buf: &mut SortBuffers) {
         pairs.sort_unstable();
         return;
     }
-    let index_bits = usize::BITS - (pairs.len() - 1).leading_zeros();
-    let max_row = pairs.iter().map(|p| p.0).max().unwrap_or(0);
+    let (max_row, max_index) = pairs
+        .iter()
+        .fold((0, 0), |(r, i), p| (r.max(p.0), i.max(p.1)));
+    let index_bits = usize::BITS - max_index.leading_zeros();
     let row_bits = u64::BITS - max_row.leading_zeros();
-    if row_bits + index_bits > u64::BITS {
+    if row_bits + index_bits > u64::BITS || index_bits >= u64::BITS {
         pairs.sort_unstable();
         return;
     }
@@ -75,6 +78,59 @@ fn radix_sort(keys: &mut Vec<u64>, tmp: &mut Vec<u64>, bits: u32) {
     }
 }
 
+/// A request split into its first occurrences and its repeats without
+/// sorting it: open addressing over `row + 1` (0: an empty entry; no table
+/// has `u64::MAX` rows), with at least twice as many entries as rows, so a
+/// probe is short.
+#[derive(Default)]
+pub(super) struct Repeats {
+    table: Vec<(u64, usize)>,
+    /// Request indices of each row's first occurrence, ascending.
+    pub(super) firsts: Vec<usize>,
+    /// `(i, first)`: request index `i` repeats the row first at `first`.
+    pub(super) repeats: Vec<(usize, usize)>,
+    /// One flag per request index, `false` after [`Repeats::split`], for
+    /// the caller.
+    pub(super) flags: Vec<bool>,
+}
+
+impl Repeats {
+    /// Splits `rows`.
+    pub(super) fn split(&mut self, rows: &[u64]) {
+        let cap = rows
+            .len()
+            .saturating_mul(2)
+            .checked_next_power_of_two()
+            .unwrap_or(1 << (usize::BITS - 1))
+            .max(16);
+        let shift = u64::BITS - cap.trailing_zeros();
+        let mask = cap - 1;
+        self.table.clear();
+        self.table.resize(cap, (0, 0));
+        self.firsts.clear();
+        self.repeats.clear();
+        self.flags.clear();
+        self.flags.resize(rows.len(), false);
+        for (i, &row) in rows.iter().enumerate() {
+            let key = row.wrapping_add(1);
+            let mut at = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> shift) as usize & mask;
+            loop {
+                let (k, first) = self.table[at];
+                if k == 0 {
+                    self.table[at] = (key, i);
+                    self.firsts.push(i);
+                    break;
+                }
+                if k == key {
+                    self.repeats.push((i, first));
+                    break;
+                }
+                at = (at + 1) & mask;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +141,28 @@ mod tests {
         want.sort_unstable();
         sort_pairs(&mut got, &mut SortBuffers::default());
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn repeats_are_found_exactly() {
+        let mut r = Repeats::default();
+        for (n, m) in [(0u64, 1u64), (1, 1), (16, 5), (1792, 300), (3000, 1 << 40)] {
+            let rows: Vec<u64> = (0..n).map(|k| k.wrapping_mul(0x2545_f491) % m).collect();
+            r.split(&rows);
+            let mut firsts = Vec::new();
+            let mut repeats = Vec::new();
+            for (i, &row) in rows.iter().enumerate() {
+                match rows.iter().position(|&x| x == row).unwrap() {
+                    f if f == i => firsts.push(i),
+                    f => repeats.push((i, f)),
+                }
+            }
+            assert_eq!((&r.firsts, &r.repeats), (&firsts, &repeats), "{n} rows");
+            assert_eq!(r.flags, vec![false; rows.len()]);
+        }
+        // Row 0 and the largest row ids are keys like any other.
+        r.split(&[0, u64::MAX - 1, 0, u64::MAX - 1]);
+        assert_eq!((r.firsts.as_slice(), r.repeats.as_slice()), (&[0, 1][..], &[(2, 0), (3, 1)][..]));
     }
 
     #[test]
@@ -101,6 +179,12 @@ mod tests {
         }
         // Duplicates, one row only, rows too large to pack.
         check(vec![5; 600]);
+        // Indices far above the count (a gather's misses).
+        let mut sparse: Vec<(u64, usize)> = (0..700).map(|k| (next(1 << 30), k * 977 + 5)).collect();
+        let mut want = sparse.clone();
+        want.sort_unstable();
+        sort_pairs(&mut sparse, &mut SortBuffers::default());
+        assert_eq!(sparse, want);
         check((0..400).map(|i| u64::MAX - (i % 3)).collect());
         check((0..700).rev().collect());
         check(Vec::new());

@@ -1,15 +1,17 @@
 //! `shared`: one row cache per machine, in a shared-memory segment every
 //! process serving the same table maps ([`crate::cache::segment`]).
 //!
-//! A gather sorts and deduplicates its ids and probes the segment for each
-//! distinct row: a hit is copied out under the slot's seqlock (no lock, no
-//! system call); a miss claims a slot (one claim per row machine-wide) and
-//! all claimed rows are read together exactly as `cached` reads its misses
-//! ([`super::cached::MissReader`]: the coalescer's block mode, `O_DIRECT`
-//! io_uring), then published. A row another process is reading is waited
-//! for (bounded; a dead writer's slot is taken over), then read privately
-//! if the wait gave nothing. Every row's bytes are collected first and
-//! written to the output last, so a failed read leaves it untouched.
+//! A gather first looks every id up in request order, with no sort: a hit
+//! is copied out under the slot's seqlock (no lock, no system call). Only
+//! the ids it did not find are sorted and deduplicated, and each distinct
+//! row probed again: a miss claims a slot (one claim per row machine-wide)
+//! and all claimed rows are read together exactly as `cached` reads its
+//! misses ([`super::cached::MissReader`]: the coalescer's block mode,
+//! `O_DIRECT` io_uring), then published. A row another process is reading
+//! is waited for (bounded; a dead writer's slot is taken over), then read
+//! privately if the wait gave nothing. Every row's bytes are collected
+//! first and written to the output last, so a failed read leaves it
+//! untouched.
 //!
 //! The segment is named by the table's identity (device, inode, size and
 //! modification time of every file holding rows, and the rows' geometry).
@@ -23,8 +25,9 @@
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::cached::{group_request, put_groups, Claimer, Claims, Group, MissReader};
+use super::cached::{groups_of, Claimer, Claims, Group, MissReader};
 use super::direct::{with_scratch, Scratch};
+use super::order::Repeats;
 use super::{with_staged, GatherError, GatherStats, Staged, Table};
 use crate::cache::segment::{self, Identity, Probe, Segment, SegmentStats};
 use crate::cache::StagingPool;
@@ -223,36 +226,57 @@ impl SharedReader {
         st: &mut Staged,
         stats: &mut GatherStats,
     ) -> Result<(), GatherError> {
-        let (rb, groups) = (t.row_bytes() as usize, group_request(t, s, st, rows, out)?);
-        let (reqs0, bytes0) = (stats.read_requests, stats.read_bytes);
+        let (rb, n) = (t.row_bytes() as usize, rows.len());
+        t.stage_rows(&mut st.bytes, n, n, out)?;
         let mut d = SegmentStats::default();
+        s.order.clear();
+        s.repeats.split(rows);
+        let first = First {
+            staged: &mut st.bytes[..n * rb],
+            rb,
+            missed: &mut s.order,
+        };
+        hits(seg, rows, &mut s.repeats, first, &mut d);
+        if !s.order.is_empty() {
+            super::order::sort_pairs(&mut s.order, &mut s.sort);
+            let groups = groups_of(&s.order);
+            t.stage_rows(&mut st.bytes, n + groups.len(), n, out)?;
+            let (staged, missed) = st.bytes.split_at_mut(n * rb);
+            self.misses(t, seg, &groups, missed, stats, &mut d)?;
+            for (u, g) in groups.iter().enumerate() {
+                let src = &missed[u * rb..(u + 1) * rb];
+                for &(_, i) in &s.order[g.start..g.end] {
+                    staged[i * rb..(i + 1) * rb].copy_from_slice(src);
+                }
+            }
+        }
+        stats.cache_hits += d.hits;
+        stats.cache_evictions += d.evictions;
+        seg.count(d);
+        t.put_staged(&st.bytes[..n * rb], None, out)
+    }
+
+    /// Gets the distinct rows `groups` the segment did not hold at the
+    /// first look into `bytes` (`bytes[u * rb..]` for `groups[u]`): each
+    /// is probed again, and claimed and read, or waited for, or read
+    /// privately.
+    fn misses(
+        &self,
+        t: &Table,
+        seg: &Segment,
+        groups: &[Group],
+        bytes: &mut [u8],
+        stats: &mut GatherStats,
+        d: &mut SegmentStats,
+    ) -> Result<(), GatherError> {
+        let rb = t.row_bytes() as usize;
+        let (reqs0, bytes0, misses0) = (stats.read_requests, stats.read_bytes, stats.cache_misses);
         let mut claims = Claims::new(seg);
         let mut claimed = Vec::new();
         let mut waits = Vec::new();
         let mut private = Vec::new();
-        // A software pipeline over the rows, so their memory latencies
-        // overlap: the set of row u + LEAD is prefetched, the slot of row
-        // u + LEAD / 2 found (and its payload prefetched), row u read.
-        const LEAD: usize = 16;
-        let mut found = [None; LEAD];
-        for g in groups.iter().take(LEAD) {
-            seg.prefetch_set(g.row);
-        }
-        for (u, g) in groups.iter().enumerate().take(LEAD / 2) {
-            found[u % LEAD] = seg.find(g.row);
-        }
         for (u, g) in groups.iter().enumerate() {
-            if let Some(a) = groups.get(u + LEAD) {
-                seg.prefetch_set(a.row);
-            }
-            if let Some(b) = groups.get(u + LEAD / 2) {
-                found[(u + LEAD / 2) % LEAD] = seg.find(b.row);
-            }
-            let dst = &mut st.bytes[u * rb..(u + 1) * rb];
-            if found[u % LEAD].take().is_some_and(|s| seg.read(s, g.row, dst)) {
-                d.hits += 1;
-                continue;
-            }
+            let dst = &mut bytes[u * rb..(u + 1) * rb];
             match seg.probe(g.row, dst, &mut d.evictions) {
                 Probe::Hit => d.hits += 1,
                 Probe::Claimed(slot) => {
@@ -263,7 +287,7 @@ impl SharedReader {
                 Probe::Uncached => private.push(u),
             }
         }
-        self.fill(t, &groups, &claimed, &mut claims, &mut st.bytes, stats)?;
+        self.fill(t, groups, &claimed, &mut claims, bytes, stats)?;
         // Rows other processes were reading: by now in, or their writer
         // died (the slot is ours: read at once, so no claim is held while
         // waiting for others, which could wait for it), or probed again
@@ -274,18 +298,18 @@ impl SharedReader {
         for &(u, slot, state) in &waits {
             d.waits += 1;
             let row = groups[u].row;
-            let dst = &mut st.bytes[u * rb..(u + 1) * rb];
+            let dst = &mut bytes[u * rb..(u + 1) * rb];
             match seg.wait(slot, state, row, dst, &mut d.reclaims, &mut nap) {
                 Probe::Hit => d.hits += 1,
                 Probe::Claimed(slot) => {
                     claims.keys.push(slot);
-                    self.fill(t, &groups, &[u], &mut claims, &mut st.bytes, stats)?;
+                    self.fill(t, groups, &[u], &mut claims, bytes, stats)?;
                 }
                 _ => again.push(u),
             }
         }
         for u in again {
-            let dst = &mut st.bytes[u * rb..(u + 1) * rb];
+            let dst = &mut bytes[u * rb..(u + 1) * rb];
             match seg.probe(groups[u].row, dst, &mut d.evictions) {
                 Probe::Hit => d.hits += 1,
                 Probe::Claimed(slot) => {
@@ -295,28 +319,24 @@ impl SharedReader {
                 _ => private.push(u),
             }
         }
-        self.fill(t, &groups, &claimed, &mut claims, &mut st.bytes, stats)?;
+        self.fill(t, groups, &claimed, &mut claims, bytes, stats)?;
         if !private.is_empty() {
             private.sort_unstable();
             d.uncached = private.len() as u64;
             let mut staging = self.staging.take();
             self.miss.read_groups(
                 t,
-                &groups,
+                groups,
                 &private,
                 staging.bytes(),
-                Some(&mut st.bytes),
+                Some(bytes),
                 stats,
                 &mut |_, _, _| false,
             )?;
         }
-        d.misses = stats.cache_misses - d.uncached;
+        d.misses = stats.cache_misses - misses0 - d.uncached;
         d.reads = stats.read_requests - reqs0;
         d.bytes_read = stats.read_bytes - bytes0;
-        stats.cache_hits += d.hits;
-        stats.cache_evictions += d.evictions;
-        seg.count(d);
-        put_groups(out, &s.order, &groups, &st.bytes, rb, &t.decoder)?;
         Ok(())
     }
 
@@ -349,5 +369,67 @@ impl SharedReader {
                 false
             },
         )
+    }
+}
+
+/// Where the first look puts what it finds.
+struct First<'a> {
+    /// `staged[i * rb..]` for `rows[i]`.
+    staged: &'a mut [u8],
+    rb: usize,
+    /// `(row, i)` of every row not found.
+    missed: &'a mut Vec<(u64, usize)>,
+}
+
+/// The first look: copies each row of `rows` the segment holds to
+/// `f.staged`, in request order, with no sort (a batch of hits needs
+/// none), and pushes `(row, i)` of every other to `f.missed`. Each
+/// distinct row is looked up once, at its first occurrence (`r`): a repeat
+/// is copied from there if it was found, or joins the missed (one claim and
+/// one count per distinct row).
+///
+/// A software pipeline over chunks of rows, so their memory latencies
+/// overlap: the sets of chunk k + 2 are prefetched, the slots of chunk
+/// k + 1 found (and their payloads prefetched), the rows of chunk k read.
+/// Each stage is a tight loop of its own: a prefetch that misses the TLB
+/// holds up retirement until its page walk ends, so walks overlap only when
+/// many fit in the out-of-order window (one row's read between two
+/// prefetches let about two overlap).
+fn hits(seg: &Segment, rows: &[u64], r: &mut Repeats, f: First<'_>, d: &mut SegmentStats) {
+    const CHUNK: usize = 16;
+    let firsts = &r.firsts;
+    let chunk = |at: usize| firsts.get(at..firsts.len().min(at + CHUNK)).unwrap_or(&[]);
+    let mut found = [None; 2 * CHUNK];
+    let find = |at: usize, found: &mut [Option<usize>; 2 * CHUNK]| {
+        for (k, &i) in chunk(at).iter().enumerate() {
+            found[(at + k) % (2 * CHUNK)] = seg.find(rows[i]);
+        }
+    };
+    for &i in chunk(0).iter().chain(chunk(CHUNK)) {
+        seg.prefetch_set(rows[i]);
+    }
+    find(0, &mut found);
+    let rb = f.rb;
+    for (u, &i) in firsts.iter().enumerate() {
+        if u % CHUNK == 0 {
+            for &a in chunk(u + 2 * CHUNK) {
+                seg.prefetch_set(rows[a]);
+            }
+            find(u + CHUNK, &mut found);
+        }
+        let dst = &mut f.staged[i * rb..(i + 1) * rb];
+        if found[u % (2 * CHUNK)].take().is_some_and(|s| seg.read(s, rows[i], dst)) {
+            d.hits += 1;
+            r.flags[i] = true;
+        } else {
+            f.missed.push((rows[i], i));
+        }
+    }
+    for &(i, first) in &r.repeats {
+        if r.flags[first] {
+            f.staged.copy_within(first * rb..(first + 1) * rb, i * rb);
+        } else {
+            f.missed.push((rows[i], i));
+        }
     }
 }
