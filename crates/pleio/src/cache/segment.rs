@@ -823,6 +823,15 @@ impl Segment {
             .prefetch(self.geo.tags_of(set_of(row, self.geo.sets)), WAYS);
     }
 
+    /// Software-prefetches what [`Segment::probe`] of `row` reads first:
+    /// its set's tag line and claim lock.
+    #[inline]
+    pub fn prefetch_probe(&self, row: u64) {
+        let set = set_of(row, self.geo.sets);
+        self.map.prefetch(self.geo.tags_of(set), WAYS);
+        self.map.prefetch(self.geo.sets_at + set * 2, 2);
+    }
+
     /// The slots of `row`'s set whose tag is `row`'s (not yet checked to
     /// be ready).
     fn tagged(&self, row: u64) -> impl Iterator<Item = usize> + '_ {
