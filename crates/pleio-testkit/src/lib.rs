@@ -16,6 +16,11 @@
 //!   `TMPDIR`. [`disk_dir!`] names a scratch directory in the cargo target
 //!   directory, and [`evictable`] says why not when that, too, is a RAM
 //!   file system.
+//! - **Throwaway Redis servers.** [`redis`] starts standalone servers and
+//!   Redis Clusters on 127.0.0.1 from the `redis-server` and `redis-cli` in
+//!   `PATH`, each killed on drop; [`redis::unavailable`] says why not.
+
+pub mod redis;
 
 use std::fmt::Display;
 use std::io::Write;
