@@ -88,3 +88,31 @@ mkdir -p "$c"
 # and one MLX 4-bit shard (weight, scales, biases).
 printf '%s' '{"version":2,"layout":"safetensors_ranges","row_width":16,"row_count":6,"quantization":null,"shards":[{"row_start":0,"row_count":4,"weight":{"file":"model.safetensors","offset":0,"dtype":"bfloat16","shape":[4,16]}},{"row_start":4,"row_count":2,"weight":{"file":"model.safetensors","offset":128,"dtype":"BF16","shape":[2,16]}}]}' > "$c/bf16.json"
 printf '%s' '{"version":2,"layout":"safetensors_ranges","source_root":".","row_width":32,"row_count":2,"quantization":{"bits":4,"group_size":32,"mode":"affine"},"shards":[{"row_start":0,"row_count":2,"weight":{"file":"model.safetensors","offset":0,"dtype":"uint32","shape":[2,4]},"scales":{"file":"model.safetensors","offset":32,"dtype":"bfloat16","shape":[2,1]},"biases":{"file":"model.safetensors","offset":36,"dtype":"bfloat16","shape":[2,1]}}]}' > "$c/mlx4.json"
+
+c=corpus/remote_parse
+mkdir -p "$c"
+# RESP replies a cluster sends (CLUSTER SLOTS, GETRANGE bulks, MOVED/ASK
+# errors), a manifest of each row format, and redis:// addresses.
+python3 - "$c" <<'PY'
+import json, sys
+out = sys.argv[1]
+def put(name, data):
+    open(f"{out}/{name}", "wb").write(data if isinstance(data, bytes) else data.encode())
+put("slots.resp", "*2\r\n*4\r\n:0\r\n:8191\r\n*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$3\r\nabc\r\n"
+    "*3\r\n$9\r\n127.0.0.1\r\n:7003\r\n$3\r\ndef\r\n*3\r\n:8192\r\n:16383\r\n*2\r\n$0\r\n\r\n:7001\r\n")
+put("bulks.resp", "$16\r\n0123456789abcdef\r\n$-1\r\n$3\r\nabc\r\n-MOVED 12182 127.0.0.1:7002\r\n-ASK 1 h:2\r\n+OK\r\n:5\r\n")
+base = {"format": "pleio-redis-table", "version": 1, "id": "00000000000000ff", "name": "t",
+        "source": "s", "row_elems": 160, "rows": 1000, "row_ids": None, "ple_layers": [1],
+        "layer": 1, "fingerprint": "0"}
+qwen = {"kind": "qwen", "ngram_size": 3, "heads_per_ngram": 2, "eos_token_id": 1,
+        "image_token_id": None, "multipliers": [3, 5, 7], "head_vocab_sizes": [200, 200, 200, 200],
+        "head_offsets": [0, 200, 400, 600]}
+for i, (fmt, rb) in enumerate([({"kind": "ggml", "type_id": 20}, 90), ({"kind": "fp8_tensor", "scale_bits": 1065353216}, 160),
+                               ({"kind": "fp8_row", "scale": "bf16"}, 162), ({"kind": "nvfp4", "global_scale_bits": 1065353216}, 90),
+                               ({"kind": "mlx4"}, 100), ({"kind": "bf16"}, 320)]):
+    m = dict(base, row_format=fmt, row_bytes=rb, rows_per_bucket=100, buckets=10,
+             row_ids=qwen if i % 2 == 0 else {"kind": "gemma4"})
+    put(f"manifest-{fmt['kind']}.json", json.dumps(m))
+put("url-full.txt", "redis://u:p%40w@127.0.0.1:7000,127.0.0.1:7001/name?timeout_ms=10&retries=2&replicas=prefer")
+put("url-short.txt", "redis://h:1/t")
+PY

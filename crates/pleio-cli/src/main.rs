@@ -42,6 +42,8 @@ enum Command {
     Warm(cmd::warm::Args),
     /// List, inspect or remove the machine-wide row caches (strategy `shared`).
     Cache(cmd::cache::Args),
+    /// Upload a table's stored rows to Redis, to be read as redis://HOST:PORT/NAME.
+    Publish(cmd::publish::Args),
 }
 
 fn main() {
@@ -133,6 +135,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::CacheSim(a) => cmd::cache_sim::run(a),
         Command::Warm(a) => cmd::warm::run(a),
         Command::Cache(a) => cmd::cache::run(a),
+        Command::Publish(a) => cmd::publish::run(a),
     }
 }
 

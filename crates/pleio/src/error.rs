@@ -39,6 +39,10 @@ pub enum ErrorKind {
     Setup,
     /// The row-id parameters in the file are missing or wrong.
     RowIds,
+    /// A remote table source (a Redis cluster) failed: a node that does not
+    /// answer or refuses the credentials, a timeout, or a row whose check
+    /// does not match. Never zero rows: the gather fails.
+    Remote,
 }
 
 /// The error of [`crate::Table`]: a [`kind`](Error::kind), the path,

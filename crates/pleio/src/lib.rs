@@ -88,6 +88,7 @@ internal_mods! {
     model;
     ngram;
     quant;
+    remote;
     safetensors;
     #[allow(unsafe_code)] // the OS layer: every system call
     sys;

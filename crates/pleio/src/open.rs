@@ -79,7 +79,16 @@ impl OpenOptions {
     /// [`Table::open`]) with these options.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Table, Error> {
         let path = path.as_ref();
-        let table = if is_checkpoint_path(path) {
+        let remote = path.to_str().filter(|s| crate::remote::is_remote(s));
+        let table = if let Some(url) = remote {
+            if self.tensor.is_some() || self.layer.is_some() {
+                return Err(Error::from(CheckpointError::Unsupported {
+                    what: "a tensor or layer of a published table: publish each table under its own name".into(),
+                })
+                .in_file(Path::new(&crate::remote::url::redact(url))));
+            }
+            Table::from_remote(url)?
+        } else if is_checkpoint_path(path) {
             if let Some(name) = &self.tensor {
                 return Err(Error::from(CheckpointError::Unsupported {
                     what: format!(
@@ -113,7 +122,10 @@ impl Table {
     ///   `model.safetensors.index.json`, one `.safetensors` file, or an
     ///   mlx-vlm `ple-store.json`: the qwen4exp n-gram table (its row shards
     ///   in shard order, wherever they are) or Gemma 4's
-    ///   `embed_tokens_per_layer.weight` (see `docs/checkpoints.md`).
+    ///   `embed_tokens_per_layer.weight` (see `docs/checkpoints.md`);
+    /// - a table published to Redis by `pleio publish`:
+    ///   `redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...]/NAME` (see
+    ///   `docs/remote.md`).
     pub fn open(path: impl AsRef<Path>) -> Result<Table, Error> {
         OpenOptions::new().open(path)
     }

@@ -6,6 +6,7 @@ pub mod cache_sim;
 pub mod demo;
 pub mod gather;
 pub mod inspect;
+pub mod publish;
 pub mod replay;
 pub mod residency;
 pub mod rows;

@@ -378,12 +378,12 @@ fn set_of(row: u64, sets: usize) -> usize {
 impl Segment {
     /// Attaches to the segment of `id` in `dir`, creating it (sized for
     /// `budget`, its mode and group taken from `like`, the table's first
-    /// file) if there is none. `label` names the table in `pleio cache ls`.
+    /// file; owner-only without one, for a remote table) if there is none. `label` names the table in `pleio cache ls`.
     pub fn attach(
         dir: &Path,
         id: &Identity,
         budget: u64,
-        like: &File,
+        like: Option<&File>,
         label: &str,
         remove_on_detach: bool,
     ) -> Result<Segment, SegmentError> {
@@ -451,7 +451,7 @@ impl Segment {
         path: &Path,
         id: &Identity,
         budget: u64,
-        like: &File,
+        like: Option<&File>,
         label: &str,
     ) -> Result<(), SegmentError> {
         let os = |what, error| SegmentError::Os {
@@ -468,9 +468,13 @@ impl Segment {
                 need,
             }
         })?;
-        let meta = like.metadata().map_err(|e| os("fstat of the table", e))?;
-        // Every class that may read the table may read and write the cache.
-        let r = meta.mode();
+        let meta = match like {
+            Some(f) => Some(f.metadata().map_err(|e| os("fstat of the table", e))?),
+            None => None,
+        };
+        // Every class that may read the table may read and write the cache
+        // (the owner only, for a table with no file).
+        let r = meta.as_ref().map_or(0o400, |m| m.mode());
         let mode = (0..3).fold(0, |m, k| {
             if r & (0o4 << (3 * k)) != 0 {
                 m | (0o6 << (3 * k))
@@ -493,10 +497,12 @@ impl Segment {
         // else ours, with the group and other bits dropped, so no one gets
         // access the table does not give.
         let mut mode = mode;
-        if std::os::unix::fs::fchown(&f, Some(meta.uid()), Some(meta.gid())).is_err()
-            && std::os::unix::fs::fchown(&f, None, Some(meta.gid())).is_err()
-        {
-            mode &= 0o600;
+        if let Some(meta) = &meta {
+            if std::os::unix::fs::fchown(&f, Some(meta.uid()), Some(meta.gid())).is_err()
+                && std::os::unix::fs::fchown(&f, None, Some(meta.gid())).is_err()
+            {
+                mode &= 0o600;
+            }
         }
         f.set_permissions(std::fs::Permissions::from_mode(mode))
             .map_err(|e| cleanup(os("fchmod", e)))?;

@@ -84,13 +84,24 @@ pub(super) struct CachedReader {
     miss: MissReader,
 }
 
-/// What a row cache's misses are read with (`cached` and `shared`): one
-/// `O_DIRECT` io_uring over every file the table's rows are in, or a
-/// buffered reader standing in (flagged), the chunk planning over the
-/// coalescer's block mode, and the files' stamps at the last gather.
+/// What a row cache's misses are read with (`cached` and `shared`): the
+/// table's files, or the Redis cluster a remote table is published to.
 pub(super) struct MissReader {
     /// The strategy, named in errors.
     backend: &'static str,
+    source: MissSource,
+}
+
+enum MissSource {
+    Files(FileMisses),
+    /// A table published to Redis: misses go to the cluster.
+    Remote(Arc<crate::remote::RemoteTable>),
+}
+
+/// One `O_DIRECT` io_uring over every file the table's rows are in, or a
+/// buffered reader standing in (flagged), the chunk planning over the
+/// coalescer's block mode, and the files' stamps at the last gather.
+struct FileMisses {
     reader: Picked,
     /// Alignment of every read (a multiple of each file's `O_DIRECT`
     /// alignment; 1 when buffered).
@@ -273,7 +284,7 @@ impl Table {
 impl CachedReader {
     fn create(t: &Table, budget: u64, policy: CachePolicy) -> Result<CachedReader, String> {
         let miss = MissReader::open(t, "cached")?;
-        let sizing = Sizing::for_table(budget, &t.shared.table, miss.align, policy)
+        let sizing = Sizing::for_table(budget, &t.shared.table, miss.align(), policy)
             .map_err(|e| e.to_string())?;
         Ok(CachedReader {
             cache: RowCache::new(sizing),
@@ -373,6 +384,12 @@ impl CachedReader {
 impl MissReader {
     /// The reader of `t`'s rows for strategy `backend`.
     pub(super) fn open(t: &Table, backend: &'static str) -> Result<MissReader, String> {
+        if let super::Source::Remote { table, .. } = &t.shared.source {
+            return Ok(MissReader {
+                backend,
+                source: MissSource::Remote(table.clone()),
+            });
+        }
         let layout = &t.shared.table;
         let backends = &t.shared.backends;
         let paths = backends
@@ -411,48 +428,39 @@ impl MissReader {
             .collect();
         Ok(MissReader {
             backend,
-            regions: layout.regions().count(),
-            reader,
-            align,
-            seen: Mutex::new(seen),
+            source: MissSource::Files(FileMisses {
+                regions: layout.regions().count(),
+                reader,
+                align,
+                seen: Mutex::new(seen),
+            }),
         })
     }
 
-    /// Alignment of every read (1 when buffered).
+    /// Alignment of every read (1 when buffered or remote).
     pub(super) fn align(&self) -> usize {
-        self.align
+        match &self.source {
+            MissSource::Files(f) => f.align,
+            MissSource::Remote(_) => 1,
+        }
     }
 
-    /// The reader of the misses.
-    pub(super) fn reader(&self) -> &Reader {
-        &self.reader.reader
+    /// The reader of the misses (`None` for a remote table).
+    pub(super) fn reader(&self) -> Option<&Reader> {
+        match &self.source {
+            MissSource::Files(f) => Some(&f.reader.reader),
+            MissSource::Remote(_) => None,
+        }
     }
 
     /// True if any file holding rows changed since the last look (one
-    /// `fstat` per such file).
+    /// `fstat` per such file). A published table never changes: its id
+    /// names its contents.
     pub(super) fn changed(&self) -> Result<bool, GatherError> {
-        let r = &self.reader.reader;
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        let mut changed = false;
-        for (k, seen) in seen.iter_mut().enumerate() {
-            let now = r
-                .file(k)
-                .ok_or_else(|| std::io::Error::other("no such file"))
-                .and_then(Stamp::of)
-                .map_err(|error| GatherError::Read {
-                    backend: r.name(),
-                    path: r.path(k).map(Path::to_path_buf).unwrap_or_default(),
-                    error: IoError::Os {
-                        what: "fstat",
-                        error,
-                    },
-                })?;
-            if *seen != Some(now) {
-                changed = true;
-                *seen = Some(now);
-            }
+        match &self.source {
+            MissSource::Files(f) => f.changed(),
+            MissSource::Remote(_) => Ok(false),
         }
-        Ok(changed)
     }
 
     /// Reads the rows `groups[u]`, `u` in `picked` (ascending), into
@@ -489,11 +497,71 @@ impl MissReader {
         })
     }
 
+    /// Reads ascending `rows` (chunk by chunk into `buf`, aligned
+    /// staging, from files; in one pipelined round from a cluster) and
+    /// hands each row's stored bytes (its parts joined in part order) to
+    /// `each` with the row's index in `rows`.
+    fn read_rows(
+        &self,
+        t: &Table,
+        rows: &[u64],
+        buf: &mut [u8],
+        stats: &mut GatherStats,
+        each: &mut dyn FnMut(usize, &[u8], &mut GatherStats),
+    ) -> Result<(), GatherError> {
+        match &self.source {
+            MissSource::Files(f) => f.read_rows(self.backend, t, rows, buf, stats, each),
+            MissSource::Remote(remote) => {
+                let rb = t.row_bytes() as usize;
+                let mut stored = vec![0u8; rows.len() * rb];
+                let mut records = Vec::new();
+                remote.read(rows, &mut stored, &mut records)?;
+                stats.read_bytes += records.len() as u64;
+                stats.backend = Some("redis");
+                for (j, bytes) in stored.chunks_exact(rb).enumerate() {
+                    each(j, bytes, stats);
+                }
+                Ok(())
+            }
+        }
+    }
+
+}
+
+impl FileMisses {
+    /// True if any file holding rows changed since the last look (one
+    /// `fstat` per such file).
+    fn changed(&self) -> Result<bool, GatherError> {
+        let r = &self.reader.reader;
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut changed = false;
+        for (k, seen) in seen.iter_mut().enumerate() {
+            let now = r
+                .file(k)
+                .ok_or_else(|| std::io::Error::other("no such file"))
+                .and_then(Stamp::of)
+                .map_err(|error| GatherError::Read {
+                    backend: r.name(),
+                    path: r.path(k).map(Path::to_path_buf).unwrap_or_default(),
+                    error: IoError::Os {
+                        what: "fstat",
+                        error,
+                    },
+                })?;
+            if *seen != Some(now) {
+                changed = true;
+                *seen = Some(now);
+            }
+        }
+        Ok(changed)
+    }
+
     /// Reads ascending `rows` chunk by chunk into `buf` (aligned staging)
     /// and hands each row's stored bytes (its parts joined in part order)
     /// to `each` with the row's index in `rows`.
     fn read_rows(
         &self,
+        backend: &'static str,
         t: &Table,
         rows: &[u64],
         buf: &mut [u8],
@@ -517,18 +585,18 @@ impl MissReader {
                 self.align as u64,
                 chunk.iter().copied(),
                 buf.len(),
-                self.backend,
+                backend,
             )?;
             if n == 0 {
                 return Err(GatherError::Setup {
-                    backend: self.backend,
+                    backend,
                     reason: format!(
                         "staging of {} bytes cannot hold the reads of one row",
                         buf.len()
                     ),
                 });
             }
-            self.read_plan(t, &plan, buf, stats)?;
+            self.read_plan(backend, t, &plan, buf, stats)?;
             for j in 0..n {
                 let at = &plan.at()[j * part_len.len()..(j + 1) * part_len.len()];
                 let bytes = if let [len] = part_len[..] {
@@ -552,6 +620,7 @@ impl MissReader {
     /// whatever file they are in).
     fn read_plan(
         &self,
+        backend: &'static str,
         t: &Table,
         plan: &ChunkPlan,
         buf: &mut [u8],
@@ -565,7 +634,7 @@ impl MissReader {
                 .backends
                 .slot(index)
                 .ok_or(GatherError::NoFile {
-                    strategy: self.backend,
+                    strategy: backend,
                 })?;
             for e in &plan.extents[range.clone()] {
                 reads.push(Read {

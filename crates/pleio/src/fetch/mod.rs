@@ -29,6 +29,7 @@ mod shared;
 mod direct;
 mod known_pages;
 mod order;
+mod remote;
 #[cfg(feature = "internals")]
 pub mod lookahead;
 #[cfg(not(feature = "internals"))]
@@ -237,6 +238,10 @@ pub enum GatherError {
         /// The strategy asked for.
         strategy: &'static str,
     },
+    /// Reading rows from a remote table source failed, or a row's check
+    /// did not match (nothing was written to the output).
+    #[error(transparent)]
+    Remote(#[from] crate::remote::RemoteError),
     /// The output buffer does not hold `rows * row_elems` floats.
     #[error("output holds {got} floats but {rows} rows of {row_elems} need {need}")]
     OutputLength {
@@ -476,6 +481,13 @@ enum Source {
         /// One mapping per file of [`CheckpointTable::files`].
         maps: Vec<Mapping>,
     },
+    /// A table published to Redis (`redis://...`).
+    Remote {
+        /// The open table.
+        table: Arc<crate::remote::RemoteTable>,
+        /// Its address, without the password.
+        url: PathBuf,
+    },
 }
 
 /// `qwen4exp.ple.layers` of a qwen4exp model, sorted and deduplicated
@@ -593,6 +605,7 @@ impl Table {
             Source::Checkpoint { table, .. } => table.ple_layers.clone(),
             Source::Model(m) if self.name() == crate::layout::PLE_TENSOR => gguf_ple_layers(m),
             Source::Model(_) => Vec::new(),
+            Source::Remote { table, .. } => table.manifest().ple_layers.clone(),
         }
     }
 
@@ -602,6 +615,7 @@ impl Table {
     pub fn layer(&self) -> Option<u64> {
         match &self.shared.source {
             Source::Checkpoint { table, .. } => table.layer,
+            Source::Remote { table, .. } => table.manifest().layer,
             Source::Model(_) => match self.ple_layers().as_slice() {
                 [one] => Some(*one),
                 _ => None,
@@ -636,6 +650,23 @@ impl Table {
             paths,
         )
         .map_err(|e| e.in_file(path))
+    }
+
+    /// The table published at `url` (`redis://...`, see `docs/remote.md`).
+    pub(crate) fn from_remote(url: &str) -> Result<Table, Error> {
+        let shown = PathBuf::from(crate::remote::url::redact(url));
+        let table = crate::remote::RemoteTable::open(url).map_err(|e| Error::from(e).in_file(&shown))?;
+        let layout = table.manifest().layout().map_err(|e| Error::from(e).in_file(&shown))?;
+        let url = PathBuf::from(table.url().to_string());
+        Table::build(
+            Source::Remote {
+                table: Arc::new(table),
+                url: url.clone(),
+            },
+            layout,
+            vec![url.clone()],
+        )
+        .map_err(|e| e.in_file(&url))
     }
 
     /// Opens the 2-D tensor `tensor` of a GGUF file (or split set) as a table.
@@ -876,7 +907,7 @@ impl Table {
     pub(crate) fn model(&self) -> Option<&Arc<Model>> {
         match &self.shared.source {
             Source::Model(m) => Some(m),
-            Source::Checkpoint { .. } => None,
+            Source::Checkpoint { .. } | Source::Remote { .. } => None,
         }
     }
 
@@ -884,7 +915,7 @@ impl Table {
     #[cfg_attr(feature = "internals", visibility::make(pub))]
     pub(crate) fn checkpoint(&self) -> Option<&Arc<CheckpointTable>> {
         match &self.shared.source {
-            Source::Model(_) => None,
+            Source::Model(_) | Source::Remote { .. } => None,
             Source::Checkpoint { table, .. } => Some(table),
         }
     }
@@ -909,6 +940,7 @@ impl Table {
         match &self.shared.source {
             Source::Model(_) => self.path(),
             Source::Checkpoint { path, .. } => path,
+            Source::Remote { url, .. } => url,
         }
     }
 
@@ -970,6 +1002,14 @@ impl Table {
                     .map(ModelRows::Qwen)
                     .map_err(|e| Error::from(e).in_file(path)),
                 TableKind::Gemma4 => Ok(ModelRows::Gemma(Gemma4Rows::new(table.rows))),
+            },
+            Source::Remote { table, url } => match table.manifest().row_ids() {
+                Ok(Some(rows)) => Ok(rows),
+                Ok(None) => Err(Error::from(crate::ngram::NgramError::MissingKey {
+                    key: "row_ids (the table was published without a row-id mapping)".into(),
+                })
+                .in_file(url)),
+                Err(e) => Err(Error::from(e).in_file(url)),
             },
         }
     }
@@ -1053,6 +1093,7 @@ impl Table {
         match &self.shared.source {
             Source::Model(m) => m.shard_mapping(file),
             Source::Checkpoint { maps, .. } => maps.get(file),
+            Source::Remote { .. } => None,
         }
     }
 
@@ -1216,7 +1257,9 @@ impl Table {
             bytes: (rows.len() as u64).saturating_mul(t.row_bytes()),
             ..GatherStats::default()
         };
+        let remote = matches!(self.shared.source, Source::Remote { .. });
         match strategy {
+            _ if remote => {}
             Strategy::Advise => self.plan(rows, &mut stats, true),
             _ if self.detailed => self.plan(rows, &mut stats, false),
             _ => {}
@@ -1224,17 +1267,15 @@ impl Table {
         let out = &mut out;
         // Checks the SIGBUS guard once, when a mapping is first read.
         let guard = sys::guard::Scope::new();
-        match strategy {
-            Strategy::Fault | Strategy::Advise => self.gather_mapped(rows, out, &guard)?,
-            Strategy::Auto => self.gather_auto(rows, out, &mut stats, &guard)?,
-            Strategy::Pread => self.gather_direct(direct::Kind::Pread, rows, out, &mut stats)?,
-            Strategy::Uring => self.gather_direct(direct::Kind::Uring, rows, out, &mut stats)?,
-            Strategy::UringDirect => {
-                self.gather_direct(direct::Kind::UringDirect, rows, out, &mut stats)?
+        match (&self.shared.source, strategy) {
+            // A row cache in front of the cluster: misses go to Redis.
+            (Source::Remote { .. }, Strategy::Cached) => self.gather_cached(rows, out, &mut stats)?,
+            (Source::Remote { .. }, Strategy::Shared) => {
+                self.gather_shared(rows, out, &mut stats, &guard)?
             }
-            Strategy::Pool => self.gather_direct(direct::Kind::Pool, rows, out, &mut stats)?,
-            Strategy::Cached => self.gather_cached(rows, out, &mut stats)?,
-            Strategy::Shared => self.gather_shared(rows, out, &mut stats, &guard)?,
+            // The file strategies have no file to read: straight from the cluster.
+            (Source::Remote { table, .. }, _) => self.gather_remote(table, rows, out, &mut stats)?,
+            _ => self.gather_file(strategy, rows, out, &mut stats, &guard)?,
         }
         let events = guard.events();
         stats.guard_displaced = u64::from(events.displaced);
@@ -1245,6 +1286,27 @@ impl Table {
         }
         self.shared.totals.add(&stats);
         Ok(stats)
+    }
+
+    /// Runs `strategy` over the table's files.
+    fn gather_file(
+        &self,
+        strategy: Strategy,
+        rows: &[u64],
+        out: &mut Out<'_>,
+        stats: &mut GatherStats,
+        guard: &sys::guard::Scope,
+    ) -> Result<(), GatherError> {
+        match strategy {
+            Strategy::Fault | Strategy::Advise => self.gather_mapped(rows, out, guard),
+            Strategy::Auto => self.gather_auto(rows, out, stats, guard),
+            Strategy::Pread => self.gather_direct(direct::Kind::Pread, rows, out, stats),
+            Strategy::Uring => self.gather_direct(direct::Kind::Uring, rows, out, stats),
+            Strategy::UringDirect => self.gather_direct(direct::Kind::UringDirect, rows, out, stats),
+            Strategy::Pool => self.gather_direct(direct::Kind::Pool, rows, out, stats),
+            Strategy::Cached => self.gather_cached(rows, out, stats),
+            Strategy::Shared => self.gather_shared(rows, out, stats, guard),
+        }
     }
 
     /// Plans the pages of `rows`; with `advise`, advises them chunk by chunk
@@ -1532,6 +1594,7 @@ impl From<GatherError> for Error {
         match e {
             GatherError::Table(t) => Error::from(t),
             GatherError::Decode(d) => Error::from(d),
+            GatherError::Remote(r) => Error::from(r),
             e => {
                 let row = match &e {
                     GatherError::MappedRead { row, .. } => Some(*row),

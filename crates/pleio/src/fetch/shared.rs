@@ -125,6 +125,9 @@ impl Table {
         if !guard.use_mapping_trusting_recent() {
             guard.note_fallback();
             stats.fallback = true;
+            if let super::Source::Remote { table, .. } = &self.shared.source {
+                return self.gather_remote(table, rows, out, stats);
+            }
             return self.gather_direct(super::direct::Kind::UringDirect, rows, out, stats);
         }
         let sr = self.shared_reader()?;
@@ -165,14 +168,20 @@ impl SharedReader {
     }
 
     fn attach(&self, t: &Table) -> Result<Segment, GatherError> {
-        let r = self.miss.reader();
         let layout = &t.shared.table;
-        let files: Vec<&std::fs::File> = (0..r.files()).filter_map(|k| r.file(k)).collect();
-        let first = files
-            .first()
-            .ok_or_else(|| setup("the table has no file to read rows from"))?;
+        let r = self.miss.reader();
+        let files: Vec<&std::fs::File> = r
+            .map(|r| (0..r.files()).filter_map(|k| r.file(k)).collect())
+            .unwrap_or_default();
         let mut geometry = String::new();
         let _ = write!(geometry, "{}", layout.name());
+        if let super::Source::Remote { table, .. } = &t.shared.source {
+            // A published table is named by its id and fingerprint.
+            let m = table.manifest();
+            let _ = write!(geometry, "|redis:{}:{}", m.id, m.fingerprint);
+        } else if files.is_empty() {
+            return Err(setup("the table has no file to read rows from"));
+        }
         for sh in layout.shards() {
             let _ = write!(geometry, "|{},{},{}", sh.index, sh.row_start, sh.rows);
             for p in &sh.parts {
@@ -191,7 +200,10 @@ impl SharedReader {
         )
         .map_err(|error| GatherError::Read {
             backend: "shared",
-            path: r.path(0).map(|p| p.to_path_buf()).unwrap_or_default(),
+            path: r
+                .and_then(|r| r.path(0))
+                .map(|p| p.to_path_buf())
+                .unwrap_or_default(),
             error: crate::io::IoError::Os {
                 what: "fstat",
                 error,
@@ -208,7 +220,7 @@ impl SharedReader {
             &segment::shm_dir(),
             &id,
             self.budget,
-            first,
+            files.first().copied(),
             &label,
             !keep,
         )

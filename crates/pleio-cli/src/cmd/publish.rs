@@ -1,0 +1,104 @@
+//! `pleio publish`: a table's stored rows uploaded to Redis.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use pleio::remote::store::DEFAULT_BUCKET_BYTES;
+use serde_json::json;
+
+use crate::output::human_bytes;
+
+/// Upload a table's stored rows (still encoded: IQ4_NL, FP8, MLX 4-bit...)
+/// to a Redis Cluster or one Redis server, where `Table::open`,
+/// `pleio.open` and the C ABI read them as `redis://HOST:PORT/NAME`,
+/// decoded exactly as from the file.
+///
+/// Rows go in bucket strings of consecutive rows, each row followed by a
+/// 4-byte check of the table, the row id and its bytes. The manifest
+/// (geometry, encoding, scales, row-id parameters, fingerprints) is
+/// written once every bucket is in, and the name moves to the new table
+/// last, in one `SET`: readers never see a half-published table.
+/// Interrupted, the same command resumes: the table's id comes from its
+/// geometry and its files' sizes and times, and buckets already uploaded
+/// are skipped. Details: docs/remote.md.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A GGUF file (or any shard of a split set), or a safetensors
+    /// checkpoint: its directory, index, one file, or a ple-store.json.
+    file: PathBuf,
+    /// Where to: redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...]/NAME
+    /// (the password may come from PLEIO_REDIS_PASSWORD instead).
+    url: String,
+    #[command(flatten)]
+    layer: crate::table_args::LayerArg,
+    /// Tensor to publish instead of the PLE table (GGUF files).
+    #[arg(long)]
+    tensor: Option<String>,
+    /// Bytes per bucket string (rows per bucket: this over row bytes + 4).
+    #[arg(long, default_value_t = DEFAULT_BUCKET_BYTES)]
+    bucket_bytes: u64,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    if a.bucket_bytes == 0 || a.bucket_bytes > 256 << 20 {
+        anyhow::bail!("--bucket-bytes {}: give 1 to 268435456", a.bucket_bytes);
+    }
+    let table = a.layer.open(&a.file, a.tensor.as_deref())?;
+    let mut last = Instant::now();
+    let show = !a.json;
+    let progress = |done: u64, total: u64| {
+        if show && (last.elapsed() >= Duration::from_secs(1) || done == total) {
+            last = Instant::now();
+            let mut e = std::io::stderr().lock();
+            let _ = write!(e, "\rpublish: {done}/{total} buckets");
+            if done == total {
+                let _ = writeln!(e);
+            }
+        }
+    };
+    let p = table
+        .publish(
+            &a.url,
+            &a.file.display().to_string(),
+            a.bucket_bytes,
+            progress,
+        )
+        .with_context(|| {
+            format!(
+                "publishing {} to {}",
+                a.file.display(),
+                pleio::remote::url::redact(&a.url)
+            )
+        })?;
+    if a.json {
+        let j = json!({
+            "run": crate::report::run_json(),
+            "file": a.file,
+            "table": table.name(),
+            "type": table.type_name(),
+            "published": p,
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else {
+        println!(
+            "published {} ({}, {} rows) as {:?}: table {}, {} buckets ({} uploaded now, {}), {} in Redis, {:.1} s, fingerprint {}",
+            table.name(),
+            table.type_name(),
+            table.rows(),
+            p.name,
+            p.id,
+            p.buckets,
+            p.uploaded,
+            human_bytes(p.bytes),
+            human_bytes(p.table_bytes),
+            p.seconds,
+            p.fingerprint
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,649 @@
+//! A Redis (Cluster) client for pleio's two jobs: pipelined `GETRANGE`s of
+//! a batch's rows (one write and one read pass per node), and the single
+//! commands of publishing. It knows the cluster's slot map (`CLUSTER
+//! SLOTS`; a server without cluster support is one node holding every
+//! slot), follows `MOVED` and `ASK`, reads a slot's replicas when its
+//! master does not answer (connections to replicas send `READONLY`), and
+//! bounds everything: each read, write and connect has a timeout, and a
+//! batch gets `retries` more rounds after its first.
+
+use std::collections::HashMap;
+use std::io::{BufReader, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::{Mutex, RwLock};
+use std::time::Duration;
+
+use super::resp::{self, Reply};
+use super::url::{ClientOptions, RedisUrl, ReplicaReads};
+use super::RemoteError;
+
+/// Hash slots of a Redis Cluster.
+const SLOTS: usize = 16384;
+
+/// The CRC16 (XMODEM) of `b`, Redis Cluster's key hash.
+fn crc16(b: &[u8]) -> u16 {
+    let mut crc = 0u16;
+    for &x in b {
+        crc ^= u16::from(x) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The hash slot of `key` (with Redis's `{hash tag}` rule).
+pub fn slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&c| c == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&c| c == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(key)) % SLOTS as u16
+}
+
+/// One connection to one node.
+struct Conn {
+    stream: BufReader<TcpStream>,
+}
+
+impl Conn {
+    fn open(node: &str, url: &RedisUrl, readonly: bool) -> Result<Conn, RemoteError> {
+        let o = &url.options;
+        let io = |source: std::io::Error| RemoteError::Io {
+            node: node.to_string(),
+            source,
+        };
+        let addrs = node.to_socket_addrs().map_err(io)?;
+        let mut last = None;
+        let mut stream = None;
+        for a in addrs {
+            match TcpStream::connect_timeout(&a, o.connect_timeout) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let stream = stream.ok_or_else(|| {
+            io(last.unwrap_or_else(|| std::io::Error::other("the name resolves to no address")))
+        })?;
+        stream.set_read_timeout(Some(o.timeout)).map_err(io)?;
+        stream.set_write_timeout(Some(o.timeout)).map_err(io)?;
+        stream.set_nodelay(true).map_err(io)?;
+        let mut c = Conn {
+            stream: BufReader::with_capacity(256 << 10, stream),
+        };
+        if let Some(pw) = &url.password {
+            let reply = match &url.user {
+                Some(u) => c.call(node, &[b"AUTH".as_slice(), u.as_bytes(), pw.as_bytes()])?,
+                None => c.call(node, &[b"AUTH".as_slice(), pw.as_bytes()])?,
+            };
+            if let Reply::Error(e) = reply {
+                return Err(RemoteError::Auth {
+                    node: node.to_string(),
+                    message: e,
+                });
+            }
+        }
+        if readonly {
+            // Refused by a server without cluster support: harmless.
+            let _ = c.call(node, &[b"READONLY".as_slice()])?;
+        }
+        Ok(c)
+    }
+
+    /// Sends one command and reads its reply.
+    fn call<A: AsRef<[u8]>>(&mut self, node: &str, args: &[A]) -> Result<Reply, RemoteError> {
+        let mut buf = Vec::new();
+        resp::encode(args, &mut buf);
+        self.send(node, &buf)?;
+        resp::read(&mut self.stream).map_err(|e| RemoteError::io(node, e))
+    }
+
+    fn send(&mut self, node: &str, bytes: &[u8]) -> Result<(), RemoteError> {
+        self.stream
+            .get_mut()
+            .write_all(bytes)
+            .map_err(|e| RemoteError::io(node, e))
+    }
+}
+
+/// Who serves a range of slots.
+#[derive(Debug, Clone)]
+struct Owners {
+    master: String,
+    replicas: Vec<String>,
+}
+
+/// The slot map: `None` for a server without cluster support.
+type SlotMap = Option<Vec<Option<u32>>>;
+
+/// A client of one cluster (or one server).
+pub struct Client {
+    url: RedisUrl,
+    /// Slot -> index into `owners`.
+    map: RwLock<(SlotMap, Vec<Owners>)>,
+    /// Idle connections by node and kind (`true`: a read-only replica
+    /// connection), taken by a batch and put back after.
+    idle: Mutex<HashMap<(String, bool), Vec<Conn>>>,
+}
+
+/// One range to read: `len` bytes of `key` from `start`, into
+/// `dst[at..at + len]` of [`Client::get_ranges`]'s buffer.
+#[derive(Debug, Clone)]
+pub struct Range {
+    /// The key.
+    pub key: String,
+    /// Its first byte.
+    pub start: u64,
+    /// Bytes.
+    pub len: usize,
+    /// Where they go in the destination.
+    pub at: usize,
+}
+
+/// Why one range of a round must be tried again.
+enum Again {
+    /// `MOVED`: the slot map is stale.
+    Moved,
+    /// `ASK`: this once, at that node.
+    Ask(String),
+    /// The node failed (connect, I/O, timeout) or answered short from a
+    /// replica: try the slot's next owner.
+    Failed,
+}
+
+impl Client {
+    /// A client of the nodes in `url` (nothing is connected until used;
+    /// [`Client::connect`] checks at once).
+    pub fn new(url: RedisUrl) -> Client {
+        Client {
+            url,
+            map: RwLock::new((None, Vec::new())),
+            idle: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Connects, authenticates and reads the slot map.
+    pub fn connect(url: RedisUrl) -> Result<Client, RemoteError> {
+        let c = Client::new(url);
+        c.refresh()?;
+        Ok(c)
+    }
+
+    /// The address this client reads (without the password).
+    pub fn url(&self) -> &RedisUrl {
+        &self.url
+    }
+
+    fn options(&self) -> &ClientOptions {
+        &self.url.options
+    }
+
+    /// Re-reads the slot map from the first node that answers (the seeds,
+    /// then every node of the current map).
+    pub fn refresh(&self) -> Result<(), RemoteError> {
+        let mut candidates: Vec<String> = self.url.seeds.clone();
+        if let Ok(m) = self.map.read() {
+            for o in &m.1 {
+                candidates.push(o.master.clone());
+                candidates.extend(o.replicas.iter().cloned());
+            }
+        }
+        candidates.dedup();
+        let mut last = None;
+        for node in candidates {
+            match self.slots_from(&node) {
+                Ok(m) => {
+                    if let Ok(mut w) = self.map.write() {
+                        *w = m;
+                    }
+                    return Ok(());
+                }
+                Err(e @ RemoteError::Auth { .. }) => return Err(e),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(RemoteError::NoNode))
+    }
+
+    fn slots_from(&self, node: &str) -> Result<(SlotMap, Vec<Owners>), RemoteError> {
+        let mut c = self.take(node, false)?;
+        let reply = c.call(node, &["CLUSTER", "SLOTS"])?;
+        self.give(node, false, c);
+        let proto = |what: String| RemoteError::Protocol {
+            node: node.to_string(),
+            what,
+        };
+        let host_of = |n: &str| n.rsplit_once(':').map_or(n, |(h, _)| h).to_string();
+        match reply {
+            Reply::Error(e) if e.contains("cluster support disabled") => Ok((
+                None,
+                vec![Owners {
+                    master: node.to_string(),
+                    replicas: Vec::new(),
+                }],
+            )),
+            Reply::Error(e) => Err(RemoteError::Server {
+                node: node.to_string(),
+                message: e,
+            }),
+            Reply::Array(Some(ranges)) => {
+                let mut map = vec![None; SLOTS];
+                let mut owners = Vec::new();
+                for r in &ranges {
+                    let r = r.array().filter(|r| r.len() >= 3).ok_or_else(|| {
+                        proto(format!("CLUSTER SLOTS: an entry that is {}", r.describe()))
+                    })?;
+                    let (lo, hi) = (r[0].int(), r[1].int());
+                    let (lo, hi) = match (lo, hi) {
+                        (Some(lo), Some(hi)) if 0 <= lo && lo <= hi && hi < SLOTS as i64 => {
+                            (lo as usize, hi as usize)
+                        }
+                        _ => return Err(proto("CLUSTER SLOTS: a slot range out of 0..16384".into())),
+                    };
+                    let addr = |n: &Reply| -> Result<String, RemoteError> {
+                        let n = n.array().filter(|n| n.len() >= 2);
+                        let (ip, port) = n
+                            .and_then(|n| Some((n[0].bytes()?, n[1].int()?)))
+                            .ok_or_else(|| proto("CLUSTER SLOTS: a node without address".into()))?;
+                        let ip = String::from_utf8_lossy(ip);
+                        let ip = if ip.is_empty() || ip == "?" {
+                            host_of(node)
+                        } else {
+                            ip.into_owned()
+                        };
+                        Ok(format!("{ip}:{port}"))
+                    };
+                    let o = Owners {
+                        master: addr(&r[2])?,
+                        replicas: r[3..].iter().map(addr).collect::<Result<_, _>>()?,
+                    };
+                    let id = owners.len() as u32;
+                    owners.push(o);
+                    for s in &mut map[lo..=hi] {
+                        *s = Some(id);
+                    }
+                }
+                Ok((Some(map), owners))
+            }
+            other => Err(proto(format!("CLUSTER SLOTS answered {}", other.describe()))),
+        }
+    }
+
+    /// The nodes that may serve `slot`, in the order to try them.
+    fn owners_of(&self, slot: u16) -> Vec<(String, bool)> {
+        let Ok(m) = self.map.read() else {
+            return Vec::new();
+        };
+        let o = match &m.0 {
+            None => m.1.first(),
+            Some(map) => map[slot as usize].and_then(|i| m.1.get(i as usize)),
+        };
+        let Some(o) = o else { return Vec::new() };
+        let master = (o.master.clone(), false);
+        let replicas = o.replicas.iter().map(|r| (r.clone(), true));
+        match self.options().replicas {
+            ReplicaReads::Never => vec![master],
+            ReplicaReads::Fallback => std::iter::once(master).chain(replicas).collect(),
+            ReplicaReads::Prefer => replicas.chain(std::iter::once(master)).collect(),
+        }
+    }
+
+    fn take(&self, node: &str, readonly: bool) -> Result<Conn, RemoteError> {
+        let pooled = self
+            .idle
+            .lock()
+            .ok()
+            .and_then(|mut p| p.get_mut(&(node.to_string(), readonly))?.pop());
+        match pooled {
+            Some(c) => Ok(c),
+            None => Conn::open(node, &self.url, readonly),
+        }
+    }
+
+    fn give(&self, node: &str, readonly: bool, c: Conn) {
+        if let Ok(mut p) = self.idle.lock() {
+            let v = p.entry((node.to_string(), readonly)).or_default();
+            if v.len() < 16 {
+                v.push(c);
+            }
+        }
+    }
+
+    /// Runs one command on the node owning `key` (following `MOVED` and
+    /// `ASK`, retrying failed nodes), on its master.
+    pub fn call(&self, key: &str, args: &[&[u8]]) -> Result<Reply, RemoteError> {
+        let s = slot(key.as_bytes());
+        let mut last = None;
+        let mut ask: Option<String> = None;
+        for round in 0..=self.options().retries {
+            if round > 0 {
+                self.pause(round);
+            }
+            let node = match ask.take() {
+                Some(n) => n,
+                None => match self.owners_of(s).into_iter().next() {
+                    Some((n, _)) => n,
+                    None => {
+                        last = Some(RemoteError::Uncovered { slot: s, key: key.into() });
+                        let _ = self.refresh();
+                        continue;
+                    }
+                },
+            };
+            let mut c = match self.take(&node, false) {
+                Ok(c) => c,
+                Err(e @ RemoteError::Auth { .. }) => return Err(e),
+                Err(e) => {
+                    last = Some(e);
+                    let _ = self.refresh();
+                    continue;
+                }
+            };
+            match c.call(&node, args) {
+                Ok(Reply::Error(e)) => {
+                    self.give(&node, false, c);
+                    match redirect(&e) {
+                        Some(Again::Moved) => {
+                            last = Some(RemoteError::Redirected { key: key.into(), message: e });
+                            let _ = self.refresh();
+                        }
+                        Some(Again::Failed) => {
+                            last = Some(RemoteError::Server { node, message: e });
+                            let _ = self.refresh();
+                        }
+                        Some(Again::Ask(to)) => {
+                            // One ASKING + command on the target node.
+                            let mut t = self.take(&to, false)?;
+                            let _ = t.call(&to, &["ASKING"])?;
+                            let r = t.call(&to, args)?;
+                            self.give(&to, false, t);
+                            return Ok(r);
+                        }
+                        None => {
+                            return Err(RemoteError::Server {
+                                node,
+                                message: e,
+                            })
+                        }
+                    }
+                }
+                Ok(r) => {
+                    self.give(&node, false, c);
+                    return Ok(r);
+                }
+                Err(e) => {
+                    last = Some(e);
+                    let _ = self.refresh();
+                }
+            }
+        }
+        Err(last.unwrap_or(RemoteError::NoNode))
+    }
+
+    /// Waits before retry round `round` (50 ms, 100 ms, ... up to 1 s):
+    /// long enough for a cluster to promote a replica over a few rounds.
+    fn pause(&self, round: u32) {
+        let ms = 50u64.saturating_mul(1 << round.min(5)).min(1000);
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+
+    /// Reads every range into `dst`: the commands for each node are written
+    /// in one pass, then the replies read in order. Ranges that come back
+    /// moved, from a failed node, or short from a replica are tried again
+    /// (up to `retries` more rounds). A range that comes back short from a
+    /// master (the key is missing or shorter) is an error naming its key.
+    pub fn get_ranges(&self, ranges: &[Range], dst: &mut [u8]) -> Result<(), RemoteError> {
+        for r in ranges {
+            if r.len == 0 || r.at.checked_add(r.len).is_none_or(|end| end > dst.len()) {
+                return Err(RemoteError::Protocol {
+                    node: String::new(),
+                    what: format!("a range of {} bytes at {} outside the buffer", r.len, r.at),
+                });
+            }
+        }
+        let mut pending: Vec<Pending> = (0..ranges.len())
+            .map(|range| Pending {
+                range,
+                tried: 0,
+                ask: None,
+            })
+            .collect();
+        let mut round = Round {
+            last: None,
+            stale: false,
+            next: Vec::new(),
+        };
+        for n in 0..=self.options().retries {
+            if pending.is_empty() {
+                return Ok(());
+            }
+            if n > 0 {
+                self.pause(n);
+            }
+            round.stale = false;
+            let mut by_node: HashMap<NodeKey, Vec<Pending>> = HashMap::new();
+            for p in pending.drain(..) {
+                let key = ranges[p.range].key.as_bytes();
+                let target = match &p.ask {
+                    Some(to) => Some((to.clone(), false)),
+                    None => {
+                        let owners = self.owners_of(slot(key));
+                        owners.get(p.tried).or(owners.first()).cloned()
+                    }
+                };
+                match target {
+                    Some(node) => by_node.entry(node).or_default().push(p),
+                    None => {
+                        round.last = Some(RemoteError::Uncovered {
+                            slot: slot(key),
+                            key: ranges[p.range].key.clone(),
+                        });
+                        round.stale = true;
+                        round.next.push(Pending { tried: 0, ..p });
+                    }
+                }
+            }
+            // Write every node's commands, then read every node's replies.
+            let mut sent = Vec::new();
+            for (node, items) in by_node {
+                match self.send_ranges(&node, ranges, &items) {
+                    Ok(conn) => sent.push((node, items, conn)),
+                    Err(e @ RemoteError::Auth { .. }) => return Err(e),
+                    Err(e) => round.fail(e, items),
+                }
+            }
+            for (node, items, conn) in sent {
+                self.read_ranges(node, ranges, items, conn, dst, &mut round)?;
+            }
+            if round.stale {
+                let _ = self.refresh();
+            }
+            pending = std::mem::take(&mut round.next);
+        }
+        if pending.is_empty() {
+            return Ok(());
+        }
+        Err(RemoteError::GaveUp {
+            ranges: pending.len(),
+            key: ranges[pending[0].range].key.clone(),
+            rounds: self.options().retries + 1,
+            last: Box::new(round.last.unwrap_or(RemoteError::NoNode)),
+        })
+    }
+
+    /// Writes the `GETRANGE`s of `items` (each after an `ASKING` when
+    /// redirected so) to `node` in one write.
+    fn send_ranges(
+        &self,
+        node: &NodeKey,
+        ranges: &[Range],
+        items: &[Pending],
+    ) -> Result<Conn, RemoteError> {
+        let mut c = self.take(&node.0, node.1)?;
+        let mut buf = Vec::with_capacity(items.len() * 64);
+        for p in items {
+            let r = &ranges[p.range];
+            if p.ask.is_some() {
+                resp::encode(&["ASKING"], &mut buf);
+            }
+            let end = r.start + r.len as u64 - 1;
+            resp::encode(
+                &[
+                    b"GETRANGE".as_slice(),
+                    r.key.as_bytes(),
+                    r.start.to_string().as_bytes(),
+                    end.to_string().as_bytes(),
+                ],
+                &mut buf,
+            );
+        }
+        c.send(&node.0, &buf)?;
+        Ok(c)
+    }
+
+    /// Reads the replies to [`Client::send_ranges`] into `dst`; what must be
+    /// tried again goes to `round`. A master's short reply or another
+    /// server error ends the batch.
+    fn read_ranges(
+        &self,
+        (node, replica): NodeKey,
+        ranges: &[Range],
+        items: Vec<Pending>,
+        mut c: Conn,
+        dst: &mut [u8],
+        round: &mut Round,
+    ) -> Result<(), RemoteError> {
+        for (k, p) in items.iter().enumerate() {
+            let r = &ranges[p.range];
+            let reply = match p.ask {
+                Some(_) => resp::read(&mut c.stream).and_then(|_| resp::read_into(&mut c.stream, &mut dst[r.at..r.at + r.len])),
+                None => resp::read_into(&mut c.stream, &mut dst[r.at..r.at + r.len]),
+            };
+            let again = |tried| Pending {
+                range: p.range,
+                tried,
+                ask: None,
+            };
+            match reply {
+                Ok(None) => {}
+                Ok(Some(Reply::Error(e))) => match redirect(&e) {
+                    Some(Again::Moved) => {
+                        round.stale = true;
+                        round.last = Some(RemoteError::Redirected {
+                            key: r.key.clone(),
+                            message: e,
+                        });
+                        round.next.push(again(0));
+                    }
+                    Some(Again::Ask(to)) => round.next.push(Pending {
+                        ask: Some(to),
+                        ..again(p.tried)
+                    }),
+                    Some(Again::Failed) => {
+                        round.stale = true;
+                        round.last = Some(RemoteError::Server {
+                            node: node.clone(),
+                            message: e,
+                        });
+                        round.next.push(again(p.tried));
+                    }
+                    None => return Err(RemoteError::Server { node, message: e }),
+                },
+                Ok(Some(other)) => {
+                    let short = RemoteError::Short {
+                        node: node.clone(),
+                        key: r.key.clone(),
+                        start: r.start,
+                        want: r.len,
+                        got: other.bytes().map_or(0, <[u8]>::len),
+                    };
+                    if !replica {
+                        return Err(short);
+                    }
+                    // A replica behind its master: ask the slot's next owner.
+                    round.last = Some(short);
+                    round.next.push(again(p.tried + 1));
+                }
+                Err(e) => {
+                    // The connection is dropped; everything unread is retried elsewhere.
+                    round.fail(RemoteError::io(&node, e), items.into_iter().skip(k).collect());
+                    return Ok(());
+                }
+            }
+        }
+        self.give(&node, replica, c);
+        Ok(())
+    }
+}
+
+/// A node and whether the connection is a read-only (replica) one.
+type NodeKey = (String, bool);
+
+/// A range still to read: which, how many of its slot's owners failed,
+/// and the node an `ASK` sent it to.
+struct Pending {
+    range: usize,
+    tried: usize,
+    ask: Option<String>,
+}
+
+/// What one round leaves for the next.
+struct Round {
+    /// The last failure (reported if the rounds run out).
+    last: Option<RemoteError>,
+    /// The slot map must be read again.
+    stale: bool,
+    /// Ranges to try again.
+    next: Vec<Pending>,
+}
+
+impl Round {
+    /// `items` failed on their node with `e`: they go to their slots' next owners.
+    fn fail(&mut self, e: RemoteError, items: Vec<Pending>) {
+        self.last = Some(e);
+        self.stale = true;
+        self.next.extend(items.into_iter().map(|p| Pending {
+            range: p.range,
+            tried: p.tried + 1,
+            ask: None,
+        }));
+    }
+}
+
+/// `MOVED` / `ASK` in a server error.
+fn redirect(e: &str) -> Option<Again> {
+    let mut w = e.split_whitespace();
+    match w.next()? {
+        "MOVED" => Some(Again::Moved),
+        "ASK" => {
+            let _slot = w.next()?;
+            Some(Again::Ask(w.next()?.to_string()))
+        }
+        "TRYAGAIN" | "CLUSTERDOWN" | "LOADING" => Some(Again::Failed),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_slots_match_redis() {
+        // Values from Redis's own CLUSTER KEYSLOT.
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"bar"), 5061);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
+        // CRC16/XMODEM's check value (below 16384, so its own slot).
+        assert_eq!(slot(b"123456789"), 0x31C3);
+    }
+}

@@ -1,0 +1,740 @@
+//! A table's rows in Redis: the layout of the keys, publishing, and
+//! reading a batch.
+//!
+//! Keys (no `{hash tags}`, so buckets spread over every slot):
+//!
+//! - `pleio:alias:NAME`: the id of the table published as NAME;
+//! - `pleio:t:ID:manifest`: the manifest (JSON: geometry, row format,
+//!   scales, row-id parameters, the source, the fingerprint), written
+//!   only once every bucket is in;
+//! - `pleio:t:ID:bB`: bucket B, the records of rows `B * rows_per_bucket`
+//!   on, back to back; a record is the row's stored bytes (as the file
+//!   holds them, still encoded) then a 4-byte check of the table's id, the
+//!   row id and those bytes;
+//! - `pleio:t:ID:done`: a hash bucket -> its fingerprint, what a resumed
+//!   publish skips.
+//!
+//! ID is a hash of the manifest's geometry and the source files' sizes and
+//! modification times: publishing the same unchanged table again resumes
+//! or finds it done; a changed table gets a new id. The alias moves to a
+//! table (one `SET`) only after its manifest is written, so a reader never
+//! sees a half-published table.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::client::{Client, Range};
+use super::url::RedisUrl;
+use super::RemoteError;
+use crate::layout::{Layout, RowFormat, Shard, ShardPart};
+use crate::ngram::{Gemma4Rows, ModelRows, QwenNgramParams};
+use crate::quant::encoding::{Encoding, Fp8Scale, ScaleType};
+use crate::quant::GgmlType;
+
+/// The manifest's `format`.
+const FORMAT: &str = "pleio-redis-table";
+/// The manifest's `version` this build reads and writes.
+const VERSION: u32 = 1;
+/// Bytes of a record's check.
+pub const CHECK_BYTES: u64 = 4;
+/// The widest row a manifest may describe (elements).
+const MAX_ROW_ELEMS: u64 = 1 << 24;
+/// The largest stored row a manifest may describe (bytes).
+const MAX_ROW_BYTES: u64 = 1 << 28;
+/// The largest bucket: Redis's string limit.
+pub const MAX_BUCKET_BYTES: u64 = 512 << 20;
+/// The default bucket size (see docs/remote.md for the measurement).
+pub const DEFAULT_BUCKET_BYTES: u64 = 256 << 10;
+
+/// How the rows are stored, as the manifest says it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FormatDesc {
+    /// A ggml block type, by ggml's number.
+    Ggml {
+        /// `ggml_type`.
+        type_id: u32,
+    },
+    /// bfloat16 elements.
+    Bf16,
+    /// IEEE half elements.
+    F16,
+    /// IEEE single elements.
+    F32,
+    /// FP8 E4M3 with one table scale (its f32 bits).
+    Fp8Tensor {
+        /// `f32::to_bits` of the scale.
+        scale_bits: u32,
+    },
+    /// FP8 E4M3 with a scale per row, stored after the row.
+    Fp8Row {
+        /// `bf16`, `f16` or `f32`.
+        scale: String,
+    },
+    /// NVFP4 with its global scale (f32 bits).
+    Nvfp4 {
+        /// `f32::to_bits` of `weight_scale_2`.
+        global_scale_bits: u32,
+    },
+    /// MLX affine 4-bit.
+    Mlx4,
+}
+
+fn scale_name(s: ScaleType) -> &'static str {
+    match s {
+        ScaleType::Bf16 => "bf16",
+        ScaleType::F16 => "f16",
+        ScaleType::F32 => "f32",
+    }
+}
+
+impl FormatDesc {
+    fn of(f: RowFormat) -> FormatDesc {
+        match f {
+            RowFormat::Ggml(t) => FormatDesc::Ggml { type_id: t.id() },
+            RowFormat::Encoded(e) => match e {
+                Encoding::Bf16 => FormatDesc::Bf16,
+                Encoding::F16 => FormatDesc::F16,
+                Encoding::F32 => FormatDesc::F32,
+                Encoding::Fp8(Fp8Scale::PerTensor(s)) => FormatDesc::Fp8Tensor {
+                    scale_bits: s.to_bits(),
+                },
+                Encoding::Fp8(Fp8Scale::PerRow(s)) => FormatDesc::Fp8Row {
+                    scale: scale_name(s).into(),
+                },
+                Encoding::Nvfp4 { global_scale } => FormatDesc::Nvfp4 {
+                    global_scale_bits: global_scale.to_bits(),
+                },
+                Encoding::Mlx4 => FormatDesc::Mlx4,
+            },
+        }
+    }
+
+    fn format(&self) -> Option<RowFormat> {
+        Some(match self {
+            FormatDesc::Ggml { type_id } => RowFormat::Ggml(GgmlType::from_id(*type_id)?),
+            FormatDesc::Bf16 => RowFormat::Encoded(Encoding::Bf16),
+            FormatDesc::F16 => RowFormat::Encoded(Encoding::F16),
+            FormatDesc::F32 => RowFormat::Encoded(Encoding::F32),
+            FormatDesc::Fp8Tensor { scale_bits } => RowFormat::Encoded(Encoding::Fp8(
+                Fp8Scale::PerTensor(f32::from_bits(*scale_bits)),
+            )),
+            FormatDesc::Fp8Row { scale } => {
+                let s = match scale.as_str() {
+                    "bf16" => ScaleType::Bf16,
+                    "f16" => ScaleType::F16,
+                    "f32" => ScaleType::F32,
+                    _ => return None,
+                };
+                RowFormat::Encoded(Encoding::Fp8(Fp8Scale::PerRow(s)))
+            }
+            FormatDesc::Nvfp4 { global_scale_bits } => RowFormat::Encoded(Encoding::Nvfp4 {
+                global_scale: f32::from_bits(*global_scale_bits),
+            }),
+            FormatDesc::Mlx4 => RowFormat::Encoded(Encoding::Mlx4),
+        })
+    }
+}
+
+/// How token ids become row ids, as the manifest says it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RowIdsDesc {
+    /// qwen4exp's n-gram hash.
+    Qwen {
+        /// n-gram order.
+        ngram_size: u32,
+        /// Heads per order.
+        heads_per_ngram: u32,
+        /// EOS token.
+        eos_token_id: u32,
+        /// Image token, if any.
+        image_token_id: Option<u32>,
+        /// Per-order multipliers.
+        multipliers: Vec<u64>,
+        /// Rows of each head.
+        head_vocab_sizes: Vec<u64>,
+        /// First row of each head.
+        head_offsets: Vec<u64>,
+    },
+    /// gemma4: the token is the row.
+    Gemma4,
+}
+
+/// What a published table is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always `pleio-redis-table`.
+    pub format: String,
+    /// The layout version.
+    pub version: u32,
+    /// The table's id (its keys' infix).
+    pub id: String,
+    /// The tensor name.
+    pub name: String,
+    /// Where it was published from.
+    pub source: String,
+    /// Row format.
+    pub row_format: FormatDesc,
+    /// Elements per row.
+    pub row_elems: u64,
+    /// Rows.
+    pub rows: u64,
+    /// Stored bytes per row.
+    pub row_bytes: u64,
+    /// Rows per bucket.
+    pub rows_per_bucket: u64,
+    /// Buckets.
+    pub buckets: u64,
+    /// Token ids to row ids (`None`: the source had no mapping).
+    pub row_ids: Option<RowIdsDesc>,
+    /// The model's PLE layers (0-based), as the source reported them.
+    pub ple_layers: Vec<u64>,
+    /// The layer this table is, as the source reported it.
+    pub layer: Option<u64>,
+    /// A hash over every bucket's fingerprint, in order (hex).
+    pub fingerprint: String,
+}
+
+impl Manifest {
+    /// Bytes of one record (row plus check).
+    pub fn record_bytes(&self) -> u64 {
+        self.row_bytes + CHECK_BYTES
+    }
+
+    /// The key of bucket `b`.
+    pub fn bucket_key(&self, b: u64) -> String {
+        format!("pleio:t:{}:b{b}", self.id)
+    }
+
+    /// The seed of the row checks (from the id).
+    fn seed(&self) -> u64 {
+        u64::from_str_radix(&self.id, 16).unwrap_or(0)
+    }
+
+    /// The layout of the rows (one virtual file of records), after checking
+    /// that the geometry is consistent.
+    pub fn layout(&self) -> Result<Layout, RemoteError> {
+        let bad = |what: String| RemoteError::Manifest {
+            key: manifest_key(&self.id),
+            what,
+        };
+        if self.format != FORMAT || self.version != VERSION {
+            return Err(bad(format!(
+                "format {:?} version {} (this pleio reads {FORMAT:?} version {VERSION}; publish again)",
+                self.format, self.version
+            )));
+        }
+        let format = self
+            .row_format
+            .format()
+            .ok_or_else(|| bad(format!("unknown row format {:?}", self.row_format)))?;
+        // Bounds first, so the arithmetic below and in reads cannot overflow.
+        if self.row_elems == 0 || self.row_elems > MAX_ROW_ELEMS || self.row_bytes > MAX_ROW_BYTES {
+            return Err(bad(format!(
+                "rows of {} elements, {} bytes (at most {MAX_ROW_ELEMS} and {MAX_ROW_BYTES})",
+                self.row_elems, self.row_bytes
+            )));
+        }
+        let bucket = self.rows_per_bucket.checked_mul(self.record_bytes());
+        if bucket.is_none_or(|b| b > MAX_BUCKET_BYTES) {
+            return Err(bad(format!(
+                "buckets of {} rows of {} bytes exceed Redis's 512 MiB strings",
+                self.rows_per_bucket,
+                self.record_bytes()
+            )));
+        }
+        let want = self.rows.div_ceil(self.rows_per_bucket.max(1));
+        if self.rows_per_bucket == 0 || self.buckets != want {
+            return Err(bad(format!(
+                "{} buckets of {} rows for {} rows",
+                self.buckets, self.rows_per_bucket, self.rows
+            )));
+        }
+        if let RowFormat::Encoded(e) = format {
+            let elems = usize::try_from(self.row_elems).unwrap_or(usize::MAX);
+            let need = e.part_bytes(elems).map_err(|err| bad(err.to_string()))?.total();
+            if need as u64 != self.row_bytes {
+                return Err(bad(format!(
+                    "{} bytes per row; {} rows of {} elements take {need}",
+                    self.row_bytes,
+                    format.name(),
+                    self.row_elems
+                )));
+            }
+        }
+        let layout = match format {
+            RowFormat::Ggml(t) => {
+                Layout::new(&self.name, t, &[self.row_elems, self.rows], 0, 0).map_err(|e| bad(e.to_string()))?
+            }
+            RowFormat::Encoded(e) => Layout::encoded(
+                self.name.clone(),
+                e,
+                self.row_elems,
+                self.rows,
+                self.row_bytes,
+                vec![Shard {
+                    index: 0,
+                    row_start: 0,
+                    rows: self.rows,
+                    parts: vec![ShardPart {
+                        tensor: self.name.clone(),
+                        file: 0,
+                        offset: 0,
+                        row_bytes: self.row_bytes,
+                    }],
+                }],
+            )
+            .map_err(|e| bad(e.to_string()))?,
+        };
+        if layout.row_bytes() != self.row_bytes {
+            return Err(bad(format!(
+                "{} bytes per row; {} rows of {} elements take {}",
+                self.row_bytes,
+                format.name(),
+                self.row_elems,
+                layout.row_bytes()
+            )));
+        }
+        Ok(layout)
+    }
+
+    /// The row-id mapping.
+    pub fn row_ids(&self) -> Result<Option<ModelRows>, RemoteError> {
+        Ok(match &self.row_ids {
+            None => None,
+            Some(RowIdsDesc::Gemma4) => Some(ModelRows::Gemma(Gemma4Rows::new(self.rows))),
+            Some(RowIdsDesc::Qwen {
+                ngram_size,
+                heads_per_ngram,
+                eos_token_id,
+                image_token_id,
+                multipliers,
+                head_vocab_sizes,
+                head_offsets,
+            }) => Some(ModelRows::Qwen(
+                QwenNgramParams::new(
+                    *ngram_size,
+                    *heads_per_ngram,
+                    *eos_token_id,
+                    *image_token_id,
+                    multipliers.clone(),
+                    head_vocab_sizes.clone(),
+                    head_offsets.clone(),
+                    self.rows,
+                )
+                .map_err(|e| RemoteError::Manifest {
+                    key: manifest_key(&self.id),
+                    what: e.to_string(),
+                })?,
+            )),
+        })
+    }
+}
+
+fn manifest_key(id: &str) -> String {
+    format!("pleio:t:{id}:manifest")
+}
+
+fn done_key(id: &str) -> String {
+    format!("pleio:t:{id}:done")
+}
+
+fn alias_key(name: &str) -> String {
+    format!("pleio:alias:{name}")
+}
+
+/// A 64-bit hash with every step invertible (so one changed word always
+/// changes it), seeded.
+fn hash64(seed: u64, bytes: &[u8]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    const M: u64 = 0xBF58_476D_1CE4_E5B9;
+    let mut h = seed ^ K;
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        let w = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+        h = (h ^ w).wrapping_mul(M);
+        h ^= h >> 29;
+    }
+    let mut tail = [0u8; 8];
+    let rest = words.remainder();
+    tail[..rest.len()].copy_from_slice(rest);
+    h = (h ^ u64::from_le_bytes(tail)).wrapping_mul(M);
+    h ^= bytes.len() as u64;
+    // splitmix64's finaliser
+    h = (h ^ (h >> 30)).wrapping_mul(M);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^ (h >> 31)
+}
+
+/// The check stored after row `row`'s bytes.
+fn row_check(seed: u64, row: u64, bytes: &[u8]) -> [u8; 4] {
+    let h = hash64(seed ^ row.wrapping_mul(0xD6E8_FEB8_6659_FD93), bytes);
+    ((h ^ (h >> 32)) as u32).to_le_bytes()
+}
+
+/// A published table, open for reading.
+pub struct RemoteTable {
+    client: Client,
+    manifest: Manifest,
+}
+
+impl RemoteTable {
+    /// Opens the table `url` names: follows its alias to the id, reads and
+    /// checks the manifest.
+    pub fn open(url: &str) -> Result<RemoteTable, RemoteError> {
+        let url = RedisUrl::parse(url)?;
+        if url.name.is_empty() {
+            return Err(RemoteError::Url {
+                url: url.to_string(),
+                what: "no table name: give redis://HOST:PORT/NAME".into(),
+            });
+        }
+        let client = Client::connect(url)?;
+        let name = client.url().name.clone();
+        let akey = alias_key(&name);
+        let id = match client.call(&akey, &[b"GET", akey.as_bytes()])? {
+            Reply::Bulk(Some(id)) => String::from_utf8_lossy(&id).into_owned(),
+            Reply::Bulk(None) => return Err(RemoteError::NoTable { name, key: akey }),
+            other => {
+                return Err(RemoteError::Manifest {
+                    key: akey,
+                    what: format!("the alias is {}", other.describe()),
+                })
+            }
+        };
+        let mkey = manifest_key(&id);
+        let manifest = match client.call(&mkey, &[b"GET", mkey.as_bytes()])? {
+            Reply::Bulk(Some(json)) => {
+                serde_json::from_slice::<Manifest>(&json).map_err(|e| RemoteError::Manifest {
+                    key: mkey.clone(),
+                    what: e.to_string(),
+                })?
+            }
+            other => {
+                return Err(RemoteError::Manifest {
+                    key: mkey,
+                    what: format!("the alias {name:?} names table {id}, whose manifest is {}", other.describe()),
+                })
+            }
+        };
+        if manifest.id != id {
+            return Err(RemoteError::Manifest {
+                key: mkey,
+                what: format!("it names table {}, not {id}", manifest.id),
+            });
+        }
+        manifest.layout()?;
+        Ok(RemoteTable { client, manifest })
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The address (without the password).
+    pub fn url(&self) -> &RedisUrl {
+        self.client.url()
+    }
+
+    /// Reads the stored bytes of `rows` (ascending, distinct, each below
+    /// the row count) into `stored` (rows back to back), checking each
+    /// row's check: one pipelined round per node, consecutive rows of a
+    /// bucket in one `GETRANGE`. `records` is scratch.
+    pub fn read(
+        &self,
+        rows: &[u64],
+        stored: &mut [u8],
+        records: &mut Vec<u8>,
+    ) -> Result<(), RemoteError> {
+        let m = &self.manifest;
+        let (rb, rec) = (m.row_bytes as usize, m.record_bytes() as usize);
+        records.clear();
+        records.resize(rows.len() * rec, 0);
+        let mut ranges: Vec<Range> = Vec::new();
+        let mut prev: Option<u64> = None;
+        for (k, &row) in rows.iter().enumerate() {
+            let b = row / m.rows_per_bucket;
+            let within = (row % m.rows_per_bucket) * rec as u64;
+            let extends = prev.is_some_and(|p| p + 1 == row && p / m.rows_per_bucket == b);
+            match ranges.last_mut() {
+                Some(last) if extends => last.len += rec,
+                _ => ranges.push(Range {
+                    key: m.bucket_key(b),
+                    start: within,
+                    len: rec,
+                    at: k * rec,
+                }),
+            }
+            prev = Some(row);
+        }
+        self.client.get_ranges(&ranges, records)?;
+        let seed = m.seed();
+        for (k, (&row, r)) in rows.iter().zip(records.chunks_exact(rec)).enumerate() {
+            let (bytes, check) = r.split_at(rb);
+            if row_check(seed, row, bytes) != check {
+                return Err(RemoteError::Corrupt {
+                    key: m.bucket_key(row / m.rows_per_bucket),
+                    row,
+                    table: m.id.clone(),
+                });
+            }
+            stored[k * rb..(k + 1) * rb].copy_from_slice(bytes);
+        }
+        Ok(())
+    }
+}
+
+use super::resp::Reply;
+
+/// What [`publish`] did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Published {
+    /// The table's id.
+    pub id: String,
+    /// The name (alias) it is published under.
+    pub name: String,
+    /// Buckets in all.
+    pub buckets: u64,
+    /// Buckets uploaded by this run (the rest were there from an earlier one).
+    pub uploaded: u64,
+    /// Bytes uploaded by this run.
+    pub bytes: u64,
+    /// Bytes of every bucket (the table's rows plus checks).
+    pub table_bytes: u64,
+    /// Seconds taken.
+    pub seconds: f64,
+    /// The manifest's fingerprint.
+    pub fingerprint: String,
+}
+
+/// The source of a publish: the table's geometry and a way to read rows'
+/// stored bytes.
+pub struct Source<'a> {
+    /// The layout.
+    pub layout: &'a Layout,
+    /// Where it is (for the manifest and the id: sizes and times of these files).
+    pub files: Vec<std::path::PathBuf>,
+    /// Shown in the manifest.
+    pub source: String,
+    /// Row ids.
+    pub row_ids: Option<&'a ModelRows>,
+    /// PLE layers.
+    pub ple_layers: Vec<u64>,
+    /// This table's layer.
+    pub layer: Option<u64>,
+}
+
+fn row_ids_desc(r: &ModelRows) -> RowIdsDesc {
+    match r {
+        ModelRows::Gemma(_) => RowIdsDesc::Gemma4,
+        ModelRows::Qwen(p) => RowIdsDesc::Qwen {
+            ngram_size: p.ngram_size() as u32,
+            heads_per_ngram: p.heads_per_ngram() as u32,
+            eos_token_id: p.eos_token_id(),
+            image_token_id: p.image_token_id(),
+            multipliers: p.multipliers().to_vec(),
+            head_vocab_sizes: p.head_vocab_sizes().to_vec(),
+            head_offsets: p.head_offsets().to_vec(),
+        },
+    }
+}
+
+/// Uploads `src` to the cluster at `url` under `url`'s name: the buckets
+/// not yet there (a resumed run skips those recorded as done), then the
+/// manifest, then the alias. `read_rows(first, n, out)` fills `out` with
+/// the stored bytes of rows `first..first + n`; `progress(done, total)` is
+/// called after each bucket.
+pub fn publish(
+    src: &Source<'_>,
+    url: &str,
+    bucket_bytes: u64,
+    mut read_rows: impl FnMut(u64, u64, &mut [u8]) -> Result<(), crate::Error>,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<Published, crate::Error> {
+    let started = Instant::now();
+    let url = RedisUrl::parse(url)?;
+    if url.name.is_empty() {
+        return Err(RemoteError::Url {
+            url: url.to_string(),
+            what: "no table name: give redis://HOST:PORT/NAME".into(),
+        }
+        .into());
+    }
+    let name = url.name.clone();
+    let l = src.layout;
+    let rec = l.row_bytes() + CHECK_BYTES;
+    let rows_per_bucket = (bucket_bytes / rec).max(1);
+    let mut m = Manifest {
+        format: FORMAT.into(),
+        version: VERSION,
+        id: String::new(),
+        name: l.name().to_string(),
+        source: src.source.clone(),
+        row_format: FormatDesc::of(l.ty()),
+        row_elems: l.row_elems(),
+        rows: l.rows(),
+        row_bytes: l.row_bytes(),
+        rows_per_bucket,
+        buckets: l.rows().div_ceil(rows_per_bucket),
+        row_ids: src.row_ids.map(row_ids_desc),
+        ple_layers: src.ple_layers.clone(),
+        layer: src.layer,
+        fingerprint: String::new(),
+    };
+    // The id: the geometry and the source files' sizes and times.
+    let mut identity = serde_json::to_vec(&m).unwrap_or_default();
+    for f in &src.files {
+        let meta = std::fs::metadata(f).map_err(|e| crate::Error::new(crate::ErrorKind::Io, e).in_file(f))?;
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        identity.extend_from_slice(format!("{}|{}|{mtime}\n", f.display(), meta.len()).as_bytes());
+    }
+    m.id = format!("{:016x}", hash64(0x706c_6569_6f00_0001, &identity));
+    let client = Client::connect(url)?;
+    let (dkey, mkey) = (done_key(&m.id), manifest_key(&m.id));
+    // Buckets an earlier run finished.
+    let mut done: Vec<Option<u64>> = vec![None; m.buckets as usize];
+    let all = client.call(&dkey, &[b"HGETALL", dkey.as_bytes()])?;
+    if let Some(items) = all.array() {
+        for kv in items.chunks_exact(2) {
+            let b = kv[0].bytes().and_then(|b| std::str::from_utf8(b).ok()?.parse::<u64>().ok());
+            let f = kv[1].bytes().and_then(|f| u64::from_str_radix(std::str::from_utf8(f).ok()?, 16).ok());
+            if let (Some(b), Some(f)) = (b, f) {
+                if let Some(slot) = done.get_mut(b as usize) {
+                    *slot = Some(f);
+                }
+            }
+        }
+    }
+    let seed = m.seed();
+    let (mut uploaded, mut bytes) = (0u64, 0u64);
+    let mut stored = Vec::new();
+    let mut bucket = Vec::new();
+    let total = m.buckets;
+    for b in 0..total {
+        if done[b as usize].is_some() {
+            progress(b + 1, total);
+            continue;
+        }
+        let first = b * rows_per_bucket;
+        let n = rows_per_bucket.min(m.rows - first);
+        stored.resize((n * l.row_bytes()) as usize, 0);
+        read_rows(first, n, &mut stored)?;
+        bucket.clear();
+        for (k, row) in stored.chunks_exact(l.row_bytes() as usize).enumerate() {
+            bucket.extend_from_slice(row);
+            bucket.extend_from_slice(&row_check(seed, first + k as u64, row));
+        }
+        let key = m.bucket_key(b);
+        expect_ok(&key, client.call(&key, &[b"SET", key.as_bytes(), &bucket])?)?;
+        let f = hash64(seed ^ b, &bucket);
+        let field = b.to_string();
+        let fhex = format!("{f:016x}");
+        client.call(&dkey, &[b"HSET", dkey.as_bytes(), field.as_bytes(), fhex.as_bytes()])?;
+        done[b as usize] = Some(f);
+        uploaded += 1;
+        bytes += bucket.len() as u64;
+        progress(b + 1, total);
+    }
+    let mut all = Vec::with_capacity(done.len() * 8);
+    for f in &done {
+        all.extend_from_slice(&f.unwrap_or(0).to_le_bytes());
+    }
+    m.fingerprint = format!("{:016x}", hash64(seed, &all));
+    let json = serde_json::to_vec(&m).map_err(|e| RemoteError::Manifest {
+        key: mkey.clone(),
+        what: e.to_string(),
+    })?;
+    expect_ok(&mkey, client.call(&mkey, &[b"SET", mkey.as_bytes(), &json])?)?;
+    let akey = alias_key(&name);
+    expect_ok(&akey, client.call(&akey, &[b"SET", akey.as_bytes(), m.id.as_bytes()])?)?;
+    Ok(Published {
+        id: m.id.clone(),
+        name,
+        buckets: total,
+        uploaded,
+        bytes,
+        table_bytes: m.rows * rec,
+        seconds: started.elapsed().as_secs_f64(),
+        fingerprint: m.fingerprint,
+    })
+}
+
+fn expect_ok(key: &str, r: Reply) -> Result<(), RemoteError> {
+    match r {
+        Reply::Simple(s) if s == "OK" => Ok(()),
+        other => Err(RemoteError::Refused {
+            key: key.to_string(),
+            reply: other.describe(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_checks_depend_on_table_row_and_every_byte() {
+        let row = vec![7u8; 160];
+        let c = row_check(1, 5, &row);
+        assert_ne!(c, row_check(2, 5, &row));
+        assert_ne!(c, row_check(1, 6, &row));
+        for i in 0..row.len() {
+            let mut r = row.clone();
+            r[i] ^= 1;
+            assert_ne!(c, row_check(1, 5, &r), "byte {i}");
+        }
+    }
+
+    #[test]
+    fn the_fuzz_seed_manifests_open_and_broken_ones_are_refused() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/corpus/remote_parse");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if !p.to_string_lossy().ends_with(".json") {
+                continue;
+            }
+            let m: Manifest = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+            let l = m.layout().unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            assert_eq!((l.rows(), l.row_bytes()), (m.rows, m.row_bytes));
+            m.row_ids().unwrap().unwrap();
+            n += 1;
+            for broken in [
+                Manifest { row_bytes: m.row_bytes + 1, ..m.clone() },
+                Manifest { buckets: m.buckets + 1, ..m.clone() },
+                Manifest { rows_per_bucket: 0, ..m.clone() },
+                Manifest { rows_per_bucket: u64::MAX / 2, ..m.clone() },
+                Manifest { row_elems: u64::MAX, ..m.clone() },
+                Manifest { version: 2, ..m.clone() },
+            ] {
+                assert!(broken.layout().is_err(), "{broken:?}");
+            }
+        }
+        assert_eq!(n, 6);
+    }
+
+    #[test]
+    fn format_descriptions_round_trip() {
+        for f in [
+            RowFormat::Ggml(GgmlType::from_id(20).unwrap()),
+            RowFormat::Encoded(Encoding::Fp8(Fp8Scale::PerTensor(0.123))),
+            RowFormat::Encoded(Encoding::Fp8(Fp8Scale::PerRow(ScaleType::Bf16))),
+            RowFormat::Encoded(Encoding::Nvfp4 { global_scale: 3.5 }),
+            RowFormat::Encoded(Encoding::Mlx4),
+            RowFormat::Encoded(Encoding::Bf16),
+        ] {
+            let d = FormatDesc::of(f);
+            let json = serde_json::to_string(&d).unwrap();
+            let back: FormatDesc = serde_json::from_str(&json).unwrap();
+            assert_eq!(back.format(), Some(f), "{json}");
+        }
+    }
+}

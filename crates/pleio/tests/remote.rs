@@ -1,0 +1,339 @@
+//! Tables published to Redis: a 3-master, 3-replica cluster and a
+//! standalone server on loopback (pleio_testkit::redis, stopped by pid),
+//! against the local files they were published from. Every strategy,
+//! dtype and rounding gives the local file's bytes; a corrupt bucket, a
+//! wrong password, a missing table are typed errors naming what failed;
+//! publishing resumes; two tables never mix; a master killed during a
+//! gather loop never yields a wrong row.
+
+mod fetch_fixture;
+
+use fetch_fixture::{CkptFixture, Fixture, Rng};
+use pleio::{Dtype, ErrorKind, Rounding, Strategy, Table};
+use pleio_lab::synth_ckpt::CkptEncoding;
+use pleio_testkit::redis::{Cluster, Server};
+
+fn url(seed: &str, name: &str) -> String {
+    format!("redis://{seed}/{name}?timeout_ms=500&retries=6")
+}
+
+fn publish(t: &Table, url: &str, bucket_bytes: u64) -> pleio::remote::Published {
+    t.publish(url, "test", bucket_bytes, |_, _| {}).unwrap()
+}
+
+fn out(t: &Table, d: Dtype, rows: &[u64]) -> Result<Vec<u8>, pleio::Error> {
+    let mut v = vec![0u8; t.out_bytes(d, rows.len()).unwrap()];
+    t.gather_as(d, rows, &mut v)?;
+    Ok(v)
+}
+
+/// Random rows with repeats, and the edges.
+fn rows_of(rng: &mut Rng, n_rows: u64, n: usize) -> Vec<u64> {
+    let mut r: Vec<u64> = (0..n).map(|_| rng.below(n_rows)).collect();
+    r.extend([0, 1, n_rows - 1, n_rows - 2, 0, n_rows - 1]);
+    let dup = r[3];
+    r.push(dup);
+    r
+}
+
+/// Every strategy, dtype and rounding of `remote` equals `local`'s.
+fn assert_same(local: &Table, remote: &Table, rows: &[u64]) {
+    assert_eq!(
+        (
+            remote.rows(),
+            remote.row_bytes(),
+            remote.row_elems(),
+            remote.type_name(),
+            remote.name()
+        ),
+        (
+            local.rows(),
+            local.row_bytes(),
+            local.row_elems(),
+            local.type_name(),
+            local.name()
+        )
+    );
+    assert_eq!(
+        (remote.layer(), remote.ple_layers()),
+        (local.layer(), local.ple_layers())
+    );
+    for rounding in [Rounding::Exact, Rounding::Vllm, Rounding::Mlx] {
+        let (l, r) = match (
+            local.clone().with_rounding(rounding),
+            remote.clone().with_rounding(rounding),
+        ) {
+            (Ok(l), Ok(r)) => (l, r),
+            (Err(_), Err(_)) => continue,
+            (l, r) => panic!("{rounding:?}: local {:?}, remote {:?}", l.err(), r.err()),
+        };
+        for &d in Dtype::ALL {
+            let want = out(&l, d, rows).unwrap();
+            for &s in Strategy::ALL {
+                let r = r.clone().with_strategy(s);
+                assert_eq!(out(&r, d, rows).unwrap(), want, "{rounding:?} {d:?} {s}");
+            }
+        }
+    }
+    // Row ids: the same mapping.
+    let (mut a, mut b) = (local.sequence().unwrap(), remote.sequence().unwrap());
+    let toks: Vec<u32> = (0..40u32).map(|i| i * 7919 % 5000).collect();
+    let (mut ra, mut rb) = (Vec::new(), Vec::new());
+    a.map_tokens(&toks, &mut ra).unwrap();
+    b.map_tokens(&toks, &mut rb).unwrap();
+    assert_eq!(ra, rb);
+}
+
+#[test]
+fn a_cluster_serves_every_table_exactly_and_survives_a_master_kill() {
+    if let Some(why) = pleio_testkit::redis::unavailable() {
+        pleio_testkit::skip!("{why}");
+    }
+    let mut cluster = Cluster::start(3, 1, None).unwrap();
+    let seed = cluster.seed();
+    let mut rng = Rng::new(7);
+
+    // A GGUF table (IQ4_NL) in small buckets, so rows spread over every master.
+    let fx_q = Fixture::qwen(60_000, 3);
+    let gguf = fx_q.reader();
+    let p = publish(&gguf, &url(&seed, "q"), 16 << 10);
+    assert_eq!(p.uploaded, p.buckets);
+    let remote = Table::open(url(&seed, "q")).unwrap();
+    assert_same(&gguf, &remote, &rows_of(&mut rng, gguf.rows(), 300));
+
+    // The row caches in front of the cluster: the first gather reads its
+    // misses from Redis, the second finds every row in the cache.
+    let rows = rows_of(&mut rng, gguf.rows(), 300);
+    let mut distinct = rows.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    for s in [Strategy::Cached, Strategy::Shared] {
+        let t = Table::open(url(&seed, "q")).unwrap().with_strategy(s);
+        let mut v = vec![0u8; t.out_bytes(Dtype::Raw, rows.len()).unwrap()];
+        let first = t.gather_as(Dtype::Raw, &rows, &mut v).unwrap();
+        assert_eq!(v, out(&gguf, Dtype::Raw, &rows).unwrap(), "{s}");
+        // (The edge rows may be in the segment already, from the gathers above.)
+        assert_eq!(
+            first.cache_hits + first.cache_misses,
+            distinct.len() as u64,
+            "{s}"
+        );
+        assert!(
+            first.cache_misses > 250 && first.backend() == Some("redis"),
+            "{s}: {first:?}"
+        );
+        let second = t.gather_as(Dtype::Raw, &rows, &mut v).unwrap();
+        assert_eq!(
+            (second.cache_hits, second.cache_misses, second.read_bytes),
+            (distinct.len() as u64, 0, 0),
+            "{s}"
+        );
+        assert_eq!(v, out(&gguf, Dtype::Raw, &rows).unwrap(), "{s}");
+    }
+
+    // Checkpoints: FP8 (table scale), FP8 with row scales, NVFP4, MLX 4-bit.
+    for enc in [
+        CkptEncoding::Fp8,
+        CkptEncoding::Fp8Row,
+        CkptEncoding::Nvfp4,
+        CkptEncoding::Mlx4,
+    ] {
+        let fx = CkptFixture::new(enc, 20_000, 8, 2, 5);
+        let local = fx.reader();
+        let name = format!("c-{}", enc.name());
+        publish(&local, &url(&seed, &name), 64 << 10);
+        let remote = Table::open(url(&seed, &name)).unwrap();
+        let rows = rows_of(&mut rng, local.rows(), 200);
+        assert_same(&local, &remote, &rows);
+        assert_eq!(
+            out(&remote, Dtype::Raw, &rows).unwrap(),
+            fx.reference_raw(&rows)
+        );
+    }
+
+    // Two tables of the same geometry under two names never mix.
+    let fx_q2 = Fixture::qwen(60_000, 4);
+    let other = fx_q2.reader();
+    let id2 = publish(&other, &url(&seed, "q2"), 16 << 10).id;
+    let (q, q2) = (
+        Table::open(url(&seed, "q")).unwrap(),
+        Table::open(url(&seed, "q2")).unwrap(),
+    );
+    let rows = rows_of(&mut rng, 60_000, 100);
+    assert_eq!(
+        out(&q, Dtype::Raw, &rows).unwrap(),
+        out(&gguf, Dtype::Raw, &rows).unwrap()
+    );
+    assert_eq!(
+        out(&q2, Dtype::Raw, &rows).unwrap(),
+        out(&other, Dtype::Raw, &rows).unwrap()
+    );
+    assert_ne!(
+        out(&q, Dtype::Raw, &rows).unwrap(),
+        out(&q2, Dtype::Raw, &rows).unwrap()
+    );
+
+    // A bucket of one table copied over the other's: every row's check names it.
+    let id = p.id.clone();
+    let cli = |args: &[&str]| cluster.nodes[0].cli(&[&["-c"][..], args].concat()).unwrap();
+    let key2 = format!("pleio:t:{id2}:b3");
+    let bucket_rows = (16 << 10) / (gguf.row_bytes() + 4);
+    let row = 3 * bucket_rows + 5;
+    let copied = redis_copy(&cluster, &format!("pleio:t:{id}:b3"), &key2);
+    assert!(copied, "COPY across slots via DUMP/RESTORE");
+    let e = out(&q2, Dtype::Raw, &[row]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Remote, "{e}");
+    assert_eq!(e.row(), Some(row), "{e}");
+    assert!(e.to_string().contains(&key2), "{e}");
+    // One flipped byte in the q table's bucket 1.
+    let key = format!("pleio:t:{id}:b1");
+    cli(&["SETRANGE", &key, "10", "\u{1}"]);
+    let e = out(&q, Dtype::F32, &[bucket_rows, 0]).unwrap_err();
+    assert_eq!(
+        (e.kind(), e.row()),
+        (ErrorKind::Remote, Some(bucket_rows)),
+        "{e}"
+    );
+    assert!(e.to_string().contains(&key), "{e}");
+
+    // Kill a master during a gather loop: each gather is right or a typed error.
+    let masters = cluster.masters().unwrap();
+    let rows = rows_of(&mut rng, 60_000, 500);
+    let good: Vec<u64> = rows
+        .iter()
+        .copied()
+        .filter(|&r| r / bucket_rows != 1)
+        .collect();
+    let want = out(&gguf, Dtype::Raw, &good).unwrap();
+    let (mut ok, mut failed) = (0, 0);
+    let started = std::time::Instant::now();
+    let mut killed = false;
+    while started.elapsed() < std::time::Duration::from_secs(20) {
+        if !killed && ok >= 5 {
+            cluster.nodes[masters[0]].kill();
+            killed = true;
+        }
+        match out(&q, Dtype::Raw, &good) {
+            Ok(v) => {
+                assert_eq!(v, want, "a wrong row after {ok} gathers");
+                ok += 1;
+                if killed && ok >= 40 {
+                    break;
+                }
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Remote, "{e}");
+                failed += 1;
+            }
+        }
+    }
+    assert!(killed && ok >= 40, "{ok} gathers right, {failed} failed");
+    cluster.wait_ok().unwrap();
+    assert_eq!(out(&q, Dtype::Raw, &good).unwrap(), want);
+    eprintln!("failover: {ok} gathers right, {failed} typed errors");
+}
+
+/// Copies `from` to `to` (in other slots) with DUMP and RESTORE REPLACE.
+fn redis_copy(cluster: &Cluster, from: &str, to: &str) -> bool {
+    let c = pleio::remote::client::Client::connect(
+        pleio::remote::url::RedisUrl::parse_with(&format!("redis://{}/x", cluster.seed()), None)
+            .unwrap(),
+    )
+    .unwrap();
+    let dump = c
+        .call(from, &[b"DUMP".as_slice(), from.as_bytes()])
+        .unwrap();
+    let Some(bytes) = dump.bytes() else {
+        return false;
+    };
+    let r = c
+        .call(
+            to,
+            &[
+                b"RESTORE".as_slice(),
+                to.as_bytes(),
+                b"0",
+                bytes,
+                b"REPLACE",
+            ],
+        )
+        .unwrap();
+    r.bytes() == Some(b"OK")
+}
+
+#[test]
+fn a_server_refuses_bad_credentials_resumes_publishing_and_names_missing_tables() {
+    if let Some(why) = pleio_testkit::redis::unavailable() {
+        pleio_testkit::skip!("{why}");
+    }
+    let server = Server::standalone(Some("s3cret")).unwrap();
+    let addr = server.addr();
+    let fx = Fixture::qwen(30_000, 9);
+    let table = fx.reader();
+
+    // Wrong and missing passwords.
+    for u in [
+        format!("redis://:wrong@{addr}/t"),
+        format!("redis://{addr}/t"),
+    ] {
+        let e = table.publish(&u, "t", 1 << 14, |_, _| {}).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Remote, "{e}");
+        let text = e.to_string();
+        assert!(text.contains(&addr) && !text.contains("wrong"), "{text}");
+        assert!(text.contains("auth") || text.contains("NOAUTH"), "{text}");
+        let e = Table::open(&u).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Remote, "{e}");
+    }
+    let good = format!("redis://:s3cret@{addr}/t");
+
+    // Nothing published: the name is missing, not an empty table.
+    let e = Table::open(&good).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    assert!(e.to_string().contains("pleio publish"), "{e}");
+
+    // Interrupted at bucket 5: the name is still missing; resumed, 5 buckets skipped.
+    let stop = std::cell::Cell::new(false);
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        table.publish(&good, "t", 1 << 14, |done, _| {
+            if done == 5 {
+                stop.set(true);
+                panic!("publish interrupted on purpose (the test resumes it)");
+            }
+        })
+    }));
+    assert!(e.is_err() && stop.get());
+    assert_eq!(Table::open(&good).unwrap_err().kind(), ErrorKind::NotFound);
+    let p = table.publish(&good, "t", 1 << 14, |_, _| {}).unwrap();
+    assert_eq!(p.uploaded, p.buckets - 5, "{p:?}");
+    let again = table.publish(&good, "t", 1 << 14, |_, _| {}).unwrap();
+    assert_eq!((again.uploaded, &again.fingerprint), (0, &p.fingerprint));
+    let remote = Table::open(&good).unwrap();
+    let rows: Vec<u64> = (0..30_000).step_by(97).collect();
+    assert_eq!(
+        out(&remote, Dtype::F32, &rows).unwrap(),
+        out(&table, Dtype::F32, &rows).unwrap()
+    );
+
+    // A deleted bucket: a typed error naming the key, never zero rows.
+    let key = format!("pleio:t:{}:b2", p.id);
+    server
+        .cli(&["-a", "s3cret", "--no-auth-warning", "DEL", &key])
+        .unwrap();
+    let rb = (1 << 14) / (table.row_bytes() + 4);
+    let e = out(&remote, Dtype::F32, &[2 * rb]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Remote, "{e}");
+    assert!(e.to_string().contains(&key), "{e}");
+
+    // Bad addresses.
+    for (u, kind) in [
+        (format!("rediss://{addr}/t"), ErrorKind::Setup),
+        (format!("redis://{addr}/t?retries=x"), ErrorKind::Setup),
+        (
+            "redis://127.0.0.1:1/t?connect_timeout_ms=100&retries=0".to_string(),
+            ErrorKind::Remote,
+        ),
+    ] {
+        let e = Table::open(&u).unwrap_err();
+        assert_eq!(e.kind(), kind, "{u}: {e}");
+    }
+}
