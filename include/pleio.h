@@ -82,6 +82,12 @@ typedef enum pleio_status {
    * the timeout passed; the handle stays open (close it again later).
    */
   PLEIO_ERR_BUSY = 13,
+  /**
+   * A table published to Redis could not be read: a node that does not
+   * answer or refuses the credentials, a timeout, or a row whose check
+   * does not match (the message names the node, key and row).
+   */
+  PLEIO_ERR_REMOTE = 14,
 } pleio_status;
 
 /**

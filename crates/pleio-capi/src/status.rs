@@ -55,6 +55,10 @@ pub enum pleio_status {
     /// `pleio_close_timeout`: calls on the handle were still running when
     /// the timeout passed; the handle stays open (close it again later).
     PLEIO_ERR_BUSY = 13,
+    /// A table published to Redis could not be read: a node that does not
+    /// answer or refuses the credentials, a timeout, or a row whose check
+    /// does not match (the message names the node, key and row).
+    PLEIO_ERR_REMOTE = 14,
 }
 
 /// Shorter spelling for this crate.
@@ -73,6 +77,7 @@ impl Status {
             ErrorKind::OutputSize => Status::PLEIO_ERR_OUTPUT_SIZE,
             ErrorKind::Setup => Status::PLEIO_ERR_SETUP,
             ErrorKind::RowIds => Status::PLEIO_ERR_ROW_IDS,
+            ErrorKind::Remote => Status::PLEIO_ERR_REMOTE,
             // A kind added to the engine later: still an error, never OK.
             _ => Status::PLEIO_ERR_INTERNAL,
         }

@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `RowOutOfRangeError` | `IndexError`, `ValueError` | a row id negative or past the end (the message names it and the limit) |
 //! | `NotFoundError` | `FileNotFoundError` | the file (or a shard) does not exist |
-//! | `ReadError` | `OSError` | reading the file failed (the message names the path and offset) |
+//! | `ReadError` | `OSError` | reading the file failed (the message names the path and offset), or a table published to Redis could not be read (`kind == "remote"`: the message names the node, key and row) |
 //! | `InvalidFileError` | `ValueError` | not a GGUF file, no such table, unsupported type, bad row-id metadata, a token outside a gemma4 table |
 //! | `OutputError` | `ValueError` | `out` has the wrong size, dtype or layout, or is read-only |
 //! | `SetupError` | `RuntimeError` | a read backend or the prefetch worker could not start |
@@ -137,6 +137,7 @@ fn kind_name(kind: ErrorKind) -> &'static str {
         ErrorKind::OutputSize => "output_size",
         ErrorKind::Setup => "setup",
         ErrorKind::RowIds => "row_ids",
+        ErrorKind::Remote => "remote",
         _ => "other",
     }
 }
@@ -170,7 +171,7 @@ pub fn to_py(py: Python<'_>, e: pleio::Error) -> PyErr {
     let ty = match e.kind() {
         ErrorKind::RowOutOfRange => &c.row_out_of_range,
         ErrorKind::NotFound => &c.not_found,
-        ErrorKind::Io => &c.read,
+        ErrorKind::Io | ErrorKind::Remote => &c.read,
         ErrorKind::InvalidFile
         | ErrorKind::NoTable
         | ErrorKind::Unsupported
