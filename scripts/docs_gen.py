@@ -26,6 +26,7 @@ reports in docs/reports, so no figure there is typed by hand.
     python3 scripts/docs_gen.py engine-checks REPORT... # checks passed per engine report
     python3 scripts/docs_gen.py engine-rss REPORT       # an engine check's peak memory, stock against pleio
     python3 scripts/docs_gen.py llama-speed REPORT      # llama.cpp prefill/decode (speed.sh --report)
+    python3 scripts/docs_gen.py remote-memory REPORT    # Redis memory per bucket size (remote_memory.py)
 
 A generated block in a page of docs/ is
 
@@ -433,6 +434,16 @@ def output_table(path, head, align, row):
     return with_footer(path, "\n".join(out), rep)
 
 
+def remote_memory(path):
+    """scripts/remote_memory.py's runs: Redis memory per table byte for each bucket size."""
+    return output_table(
+        path, ["bucket", "buckets", "table", "in Redis (rows + checks)", "Redis used_memory", "per table byte",
+               "RSS per table byte", "publish"], ["---:"] * 8,
+        lambda x: [mib_b(x["bucket_bytes"]) if x["bucket_bytes"] >= 2**20 else f"{x['bucket_bytes'] // 1024} KiB",
+                   str(x["buckets"]), mib_b(x["table_bytes"]), mib_b(x["stored_bytes"]), mib_b(x["used_memory"]),
+                   f"{x['used_per_table_byte']:.3f}", f"{x['rss_per_table_byte']:.3f}", f"{x['publish_seconds']:.2f} s"])
+
+
 def cache_policies(path):
     """scripts/cache_policies.sh's replays, one row per budget and policy."""
     return output_table(
@@ -659,7 +670,7 @@ def med_of(xs):
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
-RENDERERS = {"torch": torch_table, "transformers-rss": transformers_rss, "vllm-rss": vllm_rss, "bench": bench, "replay": replay,
+RENDERERS = {"remote-memory": remote_memory, "torch": torch_table, "transformers-rss": transformers_rss, "vllm-rss": vllm_rss, "bench": bench, "replay": replay,
              "headline": headline, "demo-floors": demo, "cache-sim": cache_sim,
              "cache-policies": cache_policies, "cache-targets": cache_targets,
              "warm-coverage": warm_coverage, "bindings": bindings, "gather-sentence": gather_sentence,

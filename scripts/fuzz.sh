@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every cargo-fuzz target in fuzz/ for a fixed time each (default 45 s:
-# eight targets, six minutes), from the committed seed corpus in
+# nine targets, under seven minutes), from the committed seed corpus in
 # fuzz/corpus/TARGET (read only: new inputs go to a scratch directory).
 #
 # Needs a nightly toolchain and cargo-fuzz (installed from crates.io if

@@ -1,0 +1,80 @@
+"""The Python door to a table published to Redis: `pleio publish` (the CLI)
+uploads a synthetic table to a redis-server on loopback (started here,
+stopped by pid), and `pleio.open("redis://...")` gives the file's bytes
+for every dtype; a corrupt row and a wrong password raise pleio.ReadError
+with kind "remote"."""
+
+import shutil
+import socket
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import pleio
+from conftest import cli
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def redis(tmp_path):
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("no redis-server in PATH (.ci/run installs Debian's redis-server)")
+    port = free_port()
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path), "--requirepass", "pw"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_published_table_reads_as_the_file(redis, q, ids):
+    url = f"redis://:pw@{redis}/q"
+    cli("publish", q.path, url, "--bucket-bytes", "8192")
+    local, remote = pleio.open(q.path), pleio.open(url)
+    assert (remote.rows, remote.row_bytes) == (local.rows, local.row_bytes)
+    for dtype in ["f32", "bf16", "f16", "raw"]:
+        a, b = local.gather(ids, dtype=dtype), remote.gather(ids, dtype=dtype)
+        assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), dtype
+    assert np.array_equal(remote.gather(ids, dtype="raw"), q.raw_rows(ids))
+
+
+def test_remote_failures_raise_read_errors_naming_what_failed(redis, q):
+    with pytest.raises(pleio.ReadError) as e:
+        pleio.open(f"redis://:wrong@{redis}/q")
+    assert e.value.kind == "remote" and redis in str(e.value) and "wrong" not in str(e.value)
+    with pytest.raises(pleio.NotFoundError):
+        pleio.open(f"redis://:pw@{redis}/absent")
+    url = f"redis://:pw@{redis}/q"
+    cli("publish", q.path, url, "--bucket-bytes", "8192")
+    t = pleio.open(url)
+    # Flip a byte of bucket 0 behind pleio's back.
+    key = subprocess.run(
+        ["redis-cli", "-p", redis.split(":")[1], "-a", "pw", "--no-auth-warning", "--raw",
+         "KEYS", "pleio:t:*:b0"], capture_output=True, text=True, check=True,
+    ).stdout.split()[0]
+    subprocess.run(
+        ["redis-cli", "-p", redis.split(":")[1], "-a", "pw", "--no-auth-warning",
+         "SETRANGE", key, "3", "~"], check=True, capture_output=True,
+    )
+    with pytest.raises(pleio.ReadError) as e:
+        t.gather([0])
+    assert e.value.kind == "remote" and e.value.row == 0 and key in str(e.value)
