@@ -20,9 +20,10 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let mut dst = [0u8; 16];
+    let mut line = Vec::new();
     let mut r = Cursor::new(data);
     for _ in 0..64 {
-        if resp::read_into(&mut r, &mut dst).is_err() {
+        if resp::read_into(&mut r, &mut dst, &mut line).is_err() {
             break;
         }
     }

@@ -20,20 +20,32 @@ use super::RemoteError;
 /// Hash slots of a Redis Cluster.
 const SLOTS: usize = 16384;
 
-/// The CRC16 (XMODEM) of `b`, Redis Cluster's key hash.
-fn crc16(b: &[u8]) -> u16 {
-    let mut crc = 0u16;
-    for &x in b {
-        crc ^= u16::from(x) << 8;
-        for _ in 0..8 {
+/// CRC16 (XMODEM, polynomial 0x1021) of every byte value.
+const CRC16: [u16; 256] = {
+    let mut t = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut crc = (i as u16) << 8;
+        let mut k = 0;
+        while k < 8 {
             crc = if crc & 0x8000 != 0 {
                 (crc << 1) ^ 0x1021
             } else {
                 crc << 1
             };
+            k += 1;
         }
+        t[i] = crc;
+        i += 1;
     }
-    crc
+    t
+};
+
+/// The CRC16 (XMODEM) of `b`, Redis Cluster's key hash.
+fn crc16(b: &[u8]) -> u16 {
+    b.iter().fold(0u16, |crc, &x| {
+        (crc << 8) ^ CRC16[usize::from((crc >> 8) as u8 ^ x)]
+    })
 }
 
 /// The hash slot of `key` (with Redis's `{hash tag}` rule).
@@ -124,11 +136,14 @@ struct Owners {
 /// The slot map: `None` for a server without cluster support.
 type SlotMap = Option<Vec<Option<u32>>>;
 
+/// The slot map and the owners it points into.
+type Map = (SlotMap, Vec<Owners>);
+
 /// A client of one cluster (or one server).
 pub struct Client {
     url: RedisUrl,
     /// Slot -> index into `owners`.
-    map: RwLock<(SlotMap, Vec<Owners>)>,
+    map: RwLock<Map>,
     /// Idle connections by node and kind (`true`: a read-only replica
     /// connection), taken by a batch and put back after.
     idle: Mutex<HashMap<(String, bool), Vec<Conn>>>,
@@ -277,23 +292,41 @@ impl Client {
         }
     }
 
-    /// The nodes that may serve `slot`, in the order to try them.
-    fn owners_of(&self, slot: u16) -> Vec<(String, bool)> {
-        let Ok(m) = self.map.read() else {
-            return Vec::new();
+    /// The owner of `slot` to try after `tried` of them failed (wrapping
+    /// to the first), in the order the replica policy gives: the index of
+    /// the slot's owners in the map, and which of them (0: the master).
+    fn pick(&self, m: &Map, slot: u16, tried: usize) -> Option<(u32, u32)> {
+        let i = match &m.0 {
+            None => 0,
+            Some(map) => map[slot as usize]?,
         };
-        let o = match &m.0 {
-            None => m.1.first(),
-            Some(map) => map[slot as usize].and_then(|i| m.1.get(i as usize)),
+        let n = 1 + m.1.get(i as usize)?.replicas.len() as u32;
+        let order = |k: u32| match self.options().replicas {
+            ReplicaReads::Never => 0,
+            ReplicaReads::Fallback => k % n,
+            ReplicaReads::Prefer => (k + 1) % n,
         };
-        let Some(o) = o else { return Vec::new() };
-        let master = (o.master.clone(), false);
-        let replicas = o.replicas.iter().map(|r| (r.clone(), true));
-        match self.options().replicas {
-            ReplicaReads::Never => vec![master],
-            ReplicaReads::Fallback => std::iter::once(master).chain(replicas).collect(),
-            ReplicaReads::Prefer => replicas.chain(std::iter::once(master)).collect(),
+        let k = if self.options().replicas == ReplicaReads::Never || tried as u32 >= n {
+            0
+        } else {
+            tried as u32
+        };
+        Some((i, order(k)))
+    }
+
+    /// The node (and whether it is a replica) [`Client::pick`] chose.
+    fn node_of(m: &Map, (i, member): (u32, u32)) -> Option<NodeKey> {
+        let o = m.1.get(i as usize)?;
+        match member {
+            0 => Some((o.master.clone(), false)),
+            r => Some((o.replicas.get(r as usize - 1)?.clone(), true)),
         }
+    }
+
+    /// The node to send a command on `slot` to first.
+    fn first_owner(&self, slot: u16) -> Option<NodeKey> {
+        let m = self.map.read().unwrap_or_else(|e| e.into_inner());
+        Client::node_of(&m, self.pick(&m, slot, 0)?)
     }
 
     fn take(&self, node: &str, readonly: bool) -> Result<Conn, RemoteError> {
@@ -329,7 +362,7 @@ impl Client {
             }
             let node = match ask.take() {
                 Some(n) => n,
-                None => match self.owners_of(s).into_iter().next() {
+                None => match self.first_owner(s) {
                     Some((n, _)) => n,
                     None => {
                         last = Some(RemoteError::Uncovered { slot: s, key: key.into() });
@@ -430,17 +463,16 @@ impl Client {
             }
             round.stale = false;
             let mut by_node: HashMap<NodeKey, Vec<Pending>> = HashMap::new();
+            let mut by_owner: HashMap<(u32, u32), Vec<Pending>> = HashMap::new();
+            let map = self.map.read().unwrap_or_else(|e| e.into_inner());
             for p in pending.drain(..) {
                 let key = ranges[p.range].key.as_bytes();
-                let target = match &p.ask {
-                    Some(to) => Some((to.clone(), false)),
-                    None => {
-                        let owners = self.owners_of(slot(key));
-                        owners.get(p.tried).or(owners.first()).cloned()
-                    }
-                };
-                match target {
-                    Some(node) => by_node.entry(node).or_default().push(p),
+                if let Some(to) = &p.ask {
+                    by_node.entry((to.clone(), false)).or_default().push(p);
+                    continue;
+                }
+                match self.pick(&map, slot(key), p.tried) {
+                    Some(owner) => by_owner.entry(owner).or_default().push(p),
                     None => {
                         round.last = Some(RemoteError::Uncovered {
                             slot: slot(key),
@@ -451,6 +483,13 @@ impl Client {
                     }
                 }
             }
+            for (owner, items) in by_owner {
+                match Client::node_of(&map, owner) {
+                    Some(node) => by_node.entry(node).or_default().extend(items),
+                    None => round.fail(RemoteError::NoNode, items),
+                }
+            }
+            drop(map);
             // Write every node's commands, then read every node's replies.
             let mut sent = Vec::new();
             for (node, items) in by_node {
@@ -494,13 +533,14 @@ impl Client {
             if p.ask.is_some() {
                 resp::encode(&["ASKING"], &mut buf);
             }
+            let (mut a, mut b) = ([0u8; 20], [0u8; 20]);
             let end = r.start + r.len as u64 - 1;
             resp::encode(
                 &[
                     b"GETRANGE".as_slice(),
                     r.key.as_bytes(),
-                    r.start.to_string().as_bytes(),
-                    end.to_string().as_bytes(),
+                    resp::digits(r.start, &mut a),
+                    resp::digits(end, &mut b),
                 ],
                 &mut buf,
             );
@@ -521,11 +561,14 @@ impl Client {
         dst: &mut [u8],
         round: &mut Round,
     ) -> Result<(), RemoteError> {
+        let mut line = Vec::new();
         for (k, p) in items.iter().enumerate() {
             let r = &ranges[p.range];
+            let into = &mut dst[r.at..r.at + r.len];
             let reply = match p.ask {
-                Some(_) => resp::read(&mut c.stream).and_then(|_| resp::read_into(&mut c.stream, &mut dst[r.at..r.at + r.len])),
-                None => resp::read_into(&mut c.stream, &mut dst[r.at..r.at + r.len]),
+                Some(_) => resp::read(&mut c.stream)
+                    .and_then(|_| resp::read_into(&mut c.stream, into, &mut line)),
+                None => resp::read_into(&mut c.stream, into, &mut line),
             };
             let again = |tried| Pending {
                 range: p.range,

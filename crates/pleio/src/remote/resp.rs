@@ -71,15 +71,30 @@ impl Reply {
     }
 }
 
+/// The decimal digits of `v`, written into `buf` (no allocation).
+pub fn digits(v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    let mut v = v;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
 /// Appends the command `args` to `out` (an array of bulk strings).
 pub fn encode<A: AsRef<[u8]>>(args: &[A], out: &mut Vec<u8>) {
+    let mut d = [0u8; 20];
     out.push(b'*');
-    out.extend_from_slice(args.len().to_string().as_bytes());
+    out.extend_from_slice(digits(args.len() as u64, &mut d));
     out.extend_from_slice(b"\r\n");
     for a in args {
         let a = a.as_ref();
         out.push(b'$');
-        out.extend_from_slice(a.len().to_string().as_bytes());
+        out.extend_from_slice(digits(a.len() as u64, &mut d));
         out.extend_from_slice(b"\r\n");
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
@@ -185,17 +200,16 @@ fn from_header(
 
 /// Reads one reply into `dst` when it is a bulk string of exactly
 /// `dst.len()` bytes (the common case of a `GETRANGE`, with no
-/// allocation); any other reply is returned.
-pub fn read_into(r: &mut impl BufRead, dst: &mut [u8]) -> io::Result<Option<Reply>> {
-    let mut buf = Vec::new();
-    line(r, &mut buf)?;
-    if buf.first() == Some(&b'$') && length(&buf[1..], MAX_BULK)? == Some(dst.len()) {
+/// allocation: `line` is scratch); any other reply is returned.
+pub fn read_into(r: &mut impl BufRead, dst: &mut [u8], line_buf: &mut Vec<u8>) -> io::Result<Option<Reply>> {
+    line(r, line_buf)?;
+    if line_buf.first() == Some(&b'$') && length(&line_buf[1..], MAX_BULK)? == Some(dst.len()) {
         payload(r, dst)?;
         return Ok(None);
     }
     // Not an exact bulk string: parse it from the line already read.
     let mut nested = Vec::new();
-    Ok(Some(from_header(r, &buf, &mut nested, 0)?))
+    Ok(Some(from_header(r, line_buf, &mut nested, 0)?))
 }
 
 #[cfg(test)]
@@ -204,6 +218,14 @@ mod tests {
 
     fn parse(b: &[u8]) -> io::Result<Reply> {
         read(&mut io::Cursor::new(b))
+    }
+
+    #[test]
+    fn digits_are_decimal() {
+        let mut d = [0u8; 20];
+        for v in [0, 7, 10, 99, 12345, u64::MAX] {
+            assert_eq!(digits(v, &mut d), v.to_string().as_bytes());
+        }
     }
 
     #[test]
@@ -256,14 +278,15 @@ mod tests {
     fn read_into_fills_exact_bulks_and_returns_the_rest() {
         let mut dst = [0u8; 3];
         let mut r = io::Cursor::new(&b"$3\r\nxyz\r\n$2\r\nab\r\n-ERR x\r\n:1\r\n"[..]);
-        assert_eq!(read_into(&mut r, &mut dst).unwrap(), None);
+        let mut l = Vec::new();
+        assert_eq!(read_into(&mut r, &mut dst, &mut l).unwrap(), None);
         assert_eq!(&dst, b"xyz");
         assert_eq!(
-            read_into(&mut r, &mut dst).unwrap(),
+            read_into(&mut r, &mut dst, &mut l).unwrap(),
             Some(Reply::Bulk(Some(b"ab".to_vec())))
         );
         assert_eq!(
-            read_into(&mut r, &mut dst).unwrap(),
+            read_into(&mut r, &mut dst, &mut l).unwrap(),
             Some(Reply::Error("ERR x".into()))
         );
     }
