@@ -117,9 +117,12 @@ def transformers_rss(path):
             f"table's {rss['table_bytes'] / 2**20:,.0f} MiB.")
 
 
-RIVALS = ("pleio", "pleio-cached", "pleio-shared", "mmap", "engramdb", "service-ple-agent", "service-ple-server")
+RIVALS = ("pleio", "pleio-cached", "pleio-shared", "mmap", "engramdb", "service-ple-agent", "service-ple-server",
+          "pleio-redis", "pleio-redis-cluster", "pleio-redis-shared")
 RIVAL_NAMES = {"pleio": "pleio `auto`", "pleio-cached": "pleio `cached`", "pleio-shared": "pleio `shared`", "mmap": "NumPy memmap", "engramdb": "engramdb `Store`",
-               "service-ple-agent": "service-ple agent", "service-ple-server": "service-ple RAM server"}
+               "service-ple-agent": "service-ple agent", "service-ple-server": "service-ple RAM server",
+               "pleio-redis": "pleio from one Redis", "pleio-redis-cluster": "pleio from a 3-master Redis Cluster",
+               "pleio-redis-shared": "pleio `shared` over Redis"}
 
 
 def dur(us_):

@@ -420,9 +420,93 @@ class ServerEngine(Engine):
         return {"daemon": "service-ple-server", "daemon_peak_rss_kib": stop(self.daemon).get("VmHWM", 0)}
 
 
+def start_redis(port, work, cluster=False):
+    """A redis-server on 127.0.0.1:port (a cluster node with `cluster`), waited for."""
+    extra = ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf"] if cluster else []
+    proc = subprocess.Popen([shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind",
+                             "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", work, *extra],
+                            stdout=open(Path(work) / f"redis-{port}.log", "ab"), stderr=subprocess.STDOUT)
+    for _ in range(400):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    return proc
+
+
+class PleioRedisEngine(Engine):
+    """pleio reading the table from Redis: one redis-server on loopback (the counterpart of
+    service-ple-server, one RAM server), the table uploaded by `pleio publish` (a setup cost, as the
+    server's load is), `pleio.open("redis://...")`. No row cache in the client: every gather goes to the
+    server, cold for the client in both phases."""
+
+    strategy = {"strategy": "auto"}
+    masters = 1
+
+    def __init__(self, lay, a):
+        import pleio
+        self.ports = [PORT + 7 + i for i in range(self.masters)]
+        for p in self.ports:  # a previous run's cluster files
+            (Path(a.work) / f"nodes-{p}.conf").unlink(missing_ok=True)
+        self.daemons = [start_redis(p, a.work, cluster=self.masters > 1) for p in self.ports]
+        self.daemon = self.daemons[0]
+        if self.masters > 1:
+            subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in self.ports],
+                            "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True)
+            for _ in range(300):
+                states = [subprocess.run(["redis-cli", "-p", str(p), "cluster", "info"], capture_output=True,
+                                         text=True).stdout for p in self.ports]
+                if all("cluster_state:ok" in x for x in states):
+                    break
+                time.sleep(0.1)
+        self.url = f"redis://127.0.0.1:{self.ports[0]}/bench"
+        t0 = time.perf_counter()
+        subprocess.run([a.pleio, "publish", a.table, self.url, "--json"], check=True, capture_output=True)
+        self.setup = {"publish_s": time.perf_counter() - t0}
+        self.open = lambda: pleio.open(self.url, **self.strategy)
+        self.t = self.open()
+        self.buf = np.empty((max(SIZES), lay.row_bytes), np.uint8)
+        self.cold_paths = []
+
+    def fetch(self, ids):
+        return self.t.gather(ids, out=self.buf[:len(ids)], dtype="raw")
+
+    def close(self):
+        used = 0
+        for p in self.ports:
+            info = subprocess.run(["redis-cli", "-p", str(p), "info", "memory"], capture_output=True,
+                                  text=True).stdout
+            used += next((int(l.split(":")[1]) for l in info.splitlines() if l.startswith("used_memory:")), 0)
+        self.t = None
+        peaks = [stop(d).get("VmHWM", 0) for d in self.daemons]
+        return {"daemon": "redis-server", "daemon_peak_rss_kib": sum(peaks), "redis_used_memory": used,
+                "redis_masters": self.masters}
+
+
+class PleioRedisClusterEngine(PleioRedisEngine):
+    """PleioRedisEngine on a Redis Cluster of 3 masters on loopback (no replicas): each batch's reads
+    go to the three in one pipelined round each."""
+
+    masters = 3
+
+
+class PleioRedisSharedEngine(PleioRedisEngine):
+    """pleio's machine-wide row cache (`shared`, 256 MiB) in front of the Redis server: misses go to
+    Redis. A new handle starts each pass with an empty segment, as PleioSharedEngine's does."""
+
+    strategy = {"strategy": "shared", "budget": 256 << 20}
+
+    def new_pass(self):
+        self.t = None
+        self.t = self.open()
+
+
 ENGINES = {"pleio": PleioEngine, "pleio-cached": PleioCachedEngine, "pleio-shared": PleioSharedEngine,
            "mmap": MmapEngine, "engramdb": EngramEngine,
-           "service-ple-agent": AgentEngine, "service-ple-server": ServerEngine}
+           "service-ple-agent": AgentEngine, "service-ple-server": ServerEngine,
+           "pleio-redis": PleioRedisEngine, "pleio-redis-cluster": PleioRedisClusterEngine,
+           "pleio-redis-shared": PleioRedisSharedEngine}
 
 
 def summary(ns, rows):
@@ -798,7 +882,8 @@ def main():
     results = {}
     for e in engines:
         cmd = [sys.executable, __file__, "--child", e, "--table", a.table, "--work", a.work,
-               "--batches-file", str(bpath), "--warm-repeat", str(a.warm_repeat), "--agent-rows", str(a.agent_rows)]
+               "--batches-file", str(bpath), "--warm-repeat", str(a.warm_repeat), "--agent-rows", str(a.agent_rows),
+               "--pleio", a.pleio]
         r = subprocess.run(cmd, capture_output=True, text=True)
         sys.stderr.write(r.stderr)
         if r.returncode != 0:
