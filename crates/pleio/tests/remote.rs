@@ -314,6 +314,46 @@ fn a_server_refuses_bad_credentials_resumes_publishing_and_names_missing_tables(
         out(&table, Dtype::F32, &rows).unwrap()
     );
 
+    // An ACL user that may only read: it gathers; publishing is refused, named.
+    server
+        .cli(&[
+            "-a",
+            "s3cret",
+            "--no-auth-warning",
+            "ACL",
+            "SETUSER",
+            "reader",
+            "on",
+            ">r34d",
+            "~pleio:*",
+            "+get",
+            "+getrange",
+            "+hgetall",
+            "+cluster|slots",
+            "+readonly",
+            "+ping",
+        ])
+        .unwrap();
+    let reader = format!("redis://reader:r34d@{addr}/t");
+    let t = Table::open(&reader).unwrap();
+    assert_eq!(
+        out(&t, Dtype::F32, &rows).unwrap(),
+        out(&table, Dtype::F32, &rows).unwrap()
+    );
+    let e = table
+        .publish(
+            &format!("redis://reader:r34d@{addr}/t2"),
+            "t",
+            1 << 14,
+            |_, _| {},
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Remote, "{e}");
+    assert!(
+        e.to_string().contains("NOPERM") && !e.to_string().contains("r34d"),
+        "{e}"
+    );
+
     // A deleted bucket: a typed error naming the key, never zero rows.
     let key = format!("pleio:t:{}:b2", p.id);
     server
