@@ -190,6 +190,8 @@ def rivals_setup(path):
             setup.append(f"agent start {s['agent_start_s']:.1f} s (at most {most:.1f} s over the 4 passes)")
         if "server_load_s" in s:
             setup.append(f"server load {s['server_load_s']:.1f} s")
+        if "publish_s" in s:
+            setup.append(f"pleio publish {s['publish_s']:.1f} s")
         if "open_s" in s:
             setup.append(f"open {s['open_s'] * 1000:.1f} ms")
         d = r.get("daemon") or {}
