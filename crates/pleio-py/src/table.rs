@@ -476,7 +476,7 @@ impl Table {
     /// ``cold_rows``, ``found_resident``, ``read_requests``, ``read_bytes``,
     /// ``runs_advised``, ``advice_syscalls``, ``advice_failures``,
     /// ``fallbacks``, ``rearms``, ``guard_displaced``, ``guard_reinstalled``,
-    /// ``guard_fallbacks``.
+    /// ``guard_fallbacks``, ``tier_fallbacks``.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         errors::guard(py, || {
             let s = self.table.stats();

@@ -22,6 +22,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class Redis(str):
+    """The server's address, and its process (to kill it)."""
+
+    def __new__(cls, addr, proc):
+        r = super().__new__(cls, addr)
+        r.proc = proc
+        return r
+
+
 @pytest.fixture
 def redis(tmp_path):
     exe = shutil.which("redis-server")
@@ -40,7 +49,7 @@ def redis(tmp_path):
                 break
             except OSError:
                 time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
+        yield Redis(f"127.0.0.1:{port}", proc)
     finally:
         proc.kill()
         proc.wait()
@@ -78,3 +87,17 @@ def test_remote_failures_raise_read_errors_naming_what_failed(redis, q):
     with pytest.raises(pleio.ReadError) as e:
         t.gather([0])
     assert e.value.kind == "remote" and e.value.row == 0 and key in str(e.value)
+
+
+def test_a_local_copy_serves_when_the_server_dies(redis, q, ids):
+    url = f"redis://:pw@{redis}/q?timeout_ms=200&retries=1&local={q.path}"
+    cli("publish", q.path, url.split("?")[0], "--bucket-bytes", "8192")
+    t = pleio.open(url, strategy="shared")
+    want = pleio.open(q.path).gather(ids)
+    assert np.array_equal(t.gather(ids), want) and t.stats()["tier_fallbacks"] == 0
+    redis.proc.kill()
+    redis.proc.wait()
+    seen = set(ids.tolist())
+    fresh = np.concatenate([ids, [r for r in range(q.rows) if r not in seen][:3]])  # 3 rows not cached
+    assert np.array_equal(t.gather(fresh), pleio.open(q.path).gather(fresh))
+    assert t.stats()["tier_fallbacks"] == 1

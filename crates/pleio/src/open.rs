@@ -87,7 +87,7 @@ impl OpenOptions {
                 })
                 .in_file(Path::new(&crate::remote::url::redact(url))));
             }
-            Table::from_remote(url)?
+            return self.open_tiers(url);
         } else if is_checkpoint_path(path) {
             if let Some(name) = &self.tensor {
                 return Err(Error::from(CheckpointError::Unsupported {
@@ -103,6 +103,35 @@ impl OpenOptions {
         } else {
             Table::open_gguf(path, self.tensor.as_deref(), self.layer)?
         };
+        self.finish(table)
+    }
+}
+
+impl OpenOptions {
+    /// A table in Redis, with its local copy as the next tier (or the
+    /// first, with `order=local,redis`) when the address names one.
+    ///
+    /// A cluster that cannot be reached at start is left out (the local
+    /// copy serves alone); a local copy that cannot be opened is an error
+    /// naming it, as for any file.
+    fn open_tiers(&self, url: &str) -> Result<Table, Error> {
+        let parsed = crate::remote::url::RedisUrl::parse(url)
+            .map_err(|e| Error::from(e).in_file(Path::new(&crate::remote::url::redact(url))))?;
+        let remote = Table::from_remote(url).and_then(|t| self.finish(t));
+        let Some(local) = &parsed.local else {
+            return remote;
+        };
+        let local = self.open(local);
+        match (remote, local) {
+            (Ok(r), Ok(l)) if parsed.local_first => l.with_next_tier(r),
+            (Ok(r), Ok(l)) => r.with_next_tier(l),
+            (Err(_), Ok(local)) => Ok(local),
+            (_, Err(e)) => Err(e),
+        }
+    }
+
+    /// Applies the strategy, rounding and budget to a table just opened.
+    fn finish(&self, table: Table) -> Result<Table, Error> {
         let table = table
             .with_strategy(self.strategy)
             .with_rounding(self.rounding)?;

@@ -133,6 +133,6 @@ fn stats_total_every_gather_of_every_clone() {
     );
     let fields: Vec<_> = s.fields().collect();
     assert_eq!(fields[0], ("gathers", 3));
-    assert_eq!(fields.len(), 15);
+    assert_eq!(fields.len(), 16);
     assert!(fields.contains(&("cold_rows", 15)));
 }

@@ -18,7 +18,24 @@ fn url(seed: &str, name: &str) -> String {
 }
 
 fn publish(t: &Table, url: &str, bucket_bytes: u64) -> pleio::remote::Published {
-    t.publish(url, "test", bucket_bytes, |_, _| {}).unwrap()
+    t.publish(url, "test", &opts(bucket_bytes), |_, _| {})
+        .unwrap()
+}
+
+/// Publishes `t` again to `url` in 16 KiB buckets.
+fn republish(t: &Table, url: &str, verify: bool) -> pleio::remote::Published {
+    let o = pleio::remote::PublishOptions {
+        verify,
+        ..opts(1 << 14)
+    };
+    t.publish(url, "t", &o, |_, _| {}).unwrap()
+}
+
+fn opts(bucket_bytes: u64) -> pleio::remote::PublishOptions {
+    pleio::remote::PublishOptions {
+        bucket_bytes,
+        verify: false,
+    }
 }
 
 fn out(t: &Table, d: Dtype, rows: &[u64]) -> Result<Vec<u8>, pleio::Error> {
@@ -34,6 +51,14 @@ fn rows_of(rng: &mut Rng, n_rows: u64, n: usize) -> Vec<u64> {
     let dup = r[3];
     r.push(dup);
     r
+}
+
+/// `rows` of `a` and `b` as f32 are the same bytes.
+fn assert_same_f32(a: &Table, b: &Table, rows: &[u64]) {
+    assert_eq!(
+        out(a, Dtype::F32, rows).unwrap(),
+        out(b, Dtype::F32, rows).unwrap()
+    );
 }
 
 /// Every strategy, dtype and rounding of `remote` equals `local`'s.
@@ -276,7 +301,9 @@ fn a_server_refuses_bad_credentials_resumes_publishing_and_names_missing_tables(
         format!("redis://:wrong@{addr}/t"),
         format!("redis://{addr}/t"),
     ] {
-        let e = table.publish(&u, "t", 1 << 14, |_, _| {}).unwrap_err();
+        let e = table
+            .publish(&u, "t", &opts(1 << 14), |_, _| {})
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Remote, "{e}");
         let text = e.to_string();
         assert!(text.contains(&addr) && !text.contains("wrong"), "{text}");
@@ -294,7 +321,7 @@ fn a_server_refuses_bad_credentials_resumes_publishing_and_names_missing_tables(
     // Interrupted at bucket 5: the name is still missing; resumed, 5 buckets skipped.
     let stop = std::cell::Cell::new(false);
     let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        table.publish(&good, "t", 1 << 14, |done, _| {
+        table.publish(&good, "t", &opts(1 << 14), |done, _| {
             if done == 5 {
                 stop.set(true);
                 panic!("publish interrupted on purpose (the test resumes it)");
@@ -303,16 +330,15 @@ fn a_server_refuses_bad_credentials_resumes_publishing_and_names_missing_tables(
     }));
     assert!(e.is_err() && stop.get());
     assert_eq!(Table::open(&good).unwrap_err().kind(), ErrorKind::NotFound);
-    let p = table.publish(&good, "t", 1 << 14, |_, _| {}).unwrap();
+    let p = table
+        .publish(&good, "t", &opts(1 << 14), |_, _| {})
+        .unwrap();
     assert_eq!(p.uploaded, p.buckets - 5, "{p:?}");
-    let again = table.publish(&good, "t", 1 << 14, |_, _| {}).unwrap();
+    let again = republish(&table, &good, false);
     assert_eq!((again.uploaded, &again.fingerprint), (0, &p.fingerprint));
     let remote = Table::open(&good).unwrap();
     let rows: Vec<u64> = (0..30_000).step_by(97).collect();
-    assert_eq!(
-        out(&remote, Dtype::F32, &rows).unwrap(),
-        out(&table, Dtype::F32, &rows).unwrap()
-    );
+    assert_same_f32(&remote, &table, &rows);
 
     // An ACL user that may only read: it gathers; publishing is refused, named.
     server
@@ -336,15 +362,12 @@ fn a_server_refuses_bad_credentials_resumes_publishing_and_names_missing_tables(
         .unwrap();
     let reader = format!("redis://reader:r34d@{addr}/t");
     let t = Table::open(&reader).unwrap();
-    assert_eq!(
-        out(&t, Dtype::F32, &rows).unwrap(),
-        out(&table, Dtype::F32, &rows).unwrap()
-    );
+    assert_same_f32(&t, &table, &rows);
     let e = table
         .publish(
             &format!("redis://reader:r34d@{addr}/t2"),
             "t",
-            1 << 14,
+            &opts(1 << 14),
             |_, _| {},
         )
         .unwrap_err();
@@ -363,6 +386,27 @@ fn a_server_refuses_bad_credentials_resumes_publishing_and_names_missing_tables(
     let e = out(&remote, Dtype::F32, &[2 * rb]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Remote, "{e}");
     assert!(e.to_string().contains(&key), "{e}");
+    // Publishing again repairs it (its length is checked)...
+    let again = republish(&table, &good, false);
+    assert_eq!((again.uploaded, again.repaired), (1, 1), "{again:?}");
+    assert_same_f32(&remote, &table, &rows);
+    // ... and a changed byte only with verify (same length).
+    server
+        .cli(&[
+            "-a",
+            "s3cret",
+            "--no-auth-warning",
+            "SETRANGE",
+            &key,
+            "7",
+            "~",
+        ])
+        .unwrap();
+    let again = republish(&table, &good, false);
+    assert_eq!(again.repaired, 0, "{again:?}");
+    let again = republish(&table, &good, true);
+    assert_eq!((again.uploaded, again.repaired), (1, 1), "{again:?}");
+    assert_same_f32(&remote, &table, &rows);
 
     // Bad addresses.
     for (u, kind) in [
@@ -376,4 +420,92 @@ fn a_server_refuses_bad_credentials_resumes_publishing_and_names_missing_tables(
         let e = Table::open(&u).unwrap_err();
         assert_eq!(e.kind(), kind, "{u}: {e}");
     }
+}
+
+#[test]
+fn tiers_fall_back_to_the_next_source_and_refuse_different_tables() {
+    if let Some(why) = pleio_testkit::redis::unavailable() {
+        pleio_testkit::skip!("{why}");
+    }
+    let mut server = Server::standalone(None).unwrap();
+    let addr = server.addr();
+    let fx = Fixture::qwen(20_000, 11);
+    let table = fx.reader();
+    let file = fx.file.path().to_str().unwrap().to_string();
+    let base = format!("redis://{addr}/t?timeout_ms=300&retries=1&connect_timeout_ms=200");
+    let p = publish(&table, &base, 1 << 14);
+    let rows: Vec<u64> = (0..20_000).step_by(37).collect();
+    let want = out(&table, Dtype::F32, &rows).unwrap();
+    let gather = |t: &Table| {
+        let mut v = vec![0u8; t.out_bytes(Dtype::F32, rows.len()).unwrap()];
+        let s = t.gather_as(Dtype::F32, &rows, &mut v).unwrap();
+        (
+            v,
+            s.fields()
+                .find(|(k, _)| *k == "tier_fallbacks")
+                .unwrap()
+                .1
+                .unwrap(),
+        )
+    };
+
+    // A local copy of another table is refused at open, naming both.
+    let other = Fixture::qwen(30_000, 12);
+    let e = Table::open(format!("{base}&local={}", other.file.path().display())).unwrap_err();
+    assert!(e.to_string().contains("tiers of different tables"), "{e}");
+    // A missing local copy is an error naming it.
+    let e = Table::open(format!("{base}&local=/nonexistent/x.gguf")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+
+    // redis,local: Redis serves; a corrupt row, then a dead server, go to the file.
+    let t = Table::open(format!("{base}&local={file}")).unwrap();
+    assert_eq!(gather(&t), (want.clone(), 0));
+    server
+        .cli(&["SETRANGE", &format!("pleio:t:{}:b0", p.id), "0", "\u{7f}"])
+        .unwrap();
+    assert_eq!(
+        gather(&t),
+        (want.clone(), 1),
+        "a corrupt row: the file served"
+    );
+
+    // local,redis: the file serves; cut short under the handle, Redis serves.
+    // (Published from the copy: another file, so another id, not the
+    // corrupted buckets of the same table under a second name.)
+    let copy = pleio_testkit::disk_dir!().join(format!("tier-{}.gguf", std::process::id()));
+    std::fs::copy(&file, &copy).unwrap();
+    publish(
+        &Table::open(&copy).unwrap(),
+        &format!("redis://{addr}/t2"),
+        1 << 14,
+    );
+    let t2 = Table::open(format!(
+        "redis://{addr}/t2?order=local,redis&local={}",
+        copy.display()
+    ))
+    .unwrap()
+    .with_strategy(Strategy::Pread);
+    assert_eq!(gather(&t2), (want.clone(), 0));
+    let len = std::fs::metadata(&copy).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&copy)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    assert_eq!(gather(&t2), (want.clone(), 1), "a short file: Redis served");
+    std::fs::remove_file(&copy).unwrap();
+
+    server.kill();
+    assert_eq!(
+        gather(&t),
+        (want.clone(), 1),
+        "a dead server: the file served"
+    );
+    // Down at open: the local copy serves alone.
+    let alone = Table::open(format!("{base}&local={file}")).unwrap();
+    assert_eq!(gather(&alone), (want, 0));
+    // Without a local copy, a dead server is an error, never rows.
+    let e = Table::open(&base).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Remote, "{e}");
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use pleio::remote::store::DEFAULT_BUCKET_BYTES;
+use pleio::remote::PublishOptions;
 use serde_json::json;
 
 use crate::output::human_bytes;
@@ -39,6 +40,11 @@ pub struct Args {
     /// Bytes per bucket string (rows per bucket: this over row bytes + 4).
     #[arg(long, default_value_t = DEFAULT_BUCKET_BYTES)]
     bucket_bytes: u64,
+    /// Read back every bucket an earlier run uploaded and compare its
+    /// fingerprint (by default only its length is checked); changed ones
+    /// are uploaded again.
+    #[arg(long)]
+    verify: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -65,7 +71,10 @@ pub fn run(a: Args) -> Result<()> {
         .publish(
             &a.url,
             &a.file.display().to_string(),
-            a.bucket_bytes,
+            &PublishOptions {
+                bucket_bytes: a.bucket_bytes,
+                verify: a.verify,
+            },
             progress,
         )
         .with_context(|| {
@@ -86,7 +95,7 @@ pub fn run(a: Args) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
         println!(
-            "published {} ({}, {} rows) as {:?}: table {}, {} buckets ({} uploaded now, {}), {} in Redis, {:.1} s, fingerprint {}",
+            "published {} ({}, {} rows) as {:?}: table {}, {} buckets ({} uploaded now, {} of them repaired; {}), {} in Redis, {:.1} s, fingerprint {}",
             table.name(),
             table.type_name(),
             table.rows(),
@@ -94,6 +103,7 @@ pub fn run(a: Args) -> Result<()> {
             p.id,
             p.buckets,
             p.uploaded,
+            p.repaired,
             human_bytes(p.bytes),
             human_bytes(p.table_bytes),
             p.seconds,

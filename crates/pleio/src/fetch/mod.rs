@@ -256,6 +256,23 @@ pub enum GatherError {
     },
 }
 
+impl GatherError {
+    /// True when the source failed (a remote node, a row's check, a file's
+    /// read or set-up), not the request: what a next tier may serve.
+    fn is_source_failure(&self) -> bool {
+        matches!(
+            self,
+            GatherError::Remote(_)
+                | GatherError::Read { .. }
+                | GatherError::MappedRead { .. }
+                | GatherError::OutsideFile { .. }
+                | GatherError::Unmapped { .. }
+                | GatherError::Setup { .. }
+                | GatherError::NoFile { .. }
+        )
+    }
+}
+
 /// A path for a message: `the mapped file` when unknown.
 fn display_path(path: &Path) -> std::borrow::Cow<'_, str> {
     if path.as_os_str().is_empty() {
@@ -331,6 +348,11 @@ pub struct GatherStats {
     /// 1 if it read mapped rows with `pread` instead (another handler had
     /// displaced pleio's, or the thread had a `SIGBUS` pending and blocked).
     guard_fallbacks: u64,
+    /// 1 if the table's first source failed (a Redis cluster that did not
+    /// answer or gave a row whose check failed, or a file that could not
+    /// be read) and its next tier served the gather (see
+    /// docs/remote.md#tiers).
+    tier_fallbacks: u64,
 }
 }
 
@@ -359,7 +381,7 @@ impl GatherStats {
     /// `major_faults`, `cold_rows`, `found_resident`, `read_requests`,
     /// `read_bytes`, `fallback`, `rearmed`, `cache_hits`, `cache_misses`,
     /// `cache_evictions`, `cache_bytes`, `guard_displaced`,
-    /// `guard_reinstalled`, `guard_fallbacks`.
+    /// `guard_reinstalled`, `guard_fallbacks`, `tier_fallbacks`.
     pub fn fields(&self) -> impl Iterator<Item = (&'static str, Option<u64>)> {
         [
             ("rows", Some(self.rows)),
@@ -382,6 +404,7 @@ impl GatherStats {
             ("guard_displaced", Some(self.guard_displaced)),
             ("guard_reinstalled", Some(self.guard_reinstalled)),
             ("guard_fallbacks", Some(self.guard_fallbacks)),
+            ("tier_fallbacks", Some(self.tier_fallbacks)),
         ]
         .into_iter()
     }
@@ -416,6 +439,7 @@ impl GatherStats {
         self.guard_displaced += o.guard_displaced;
         self.guard_reinstalled += o.guard_reinstalled;
         self.guard_fallbacks += o.guard_fallbacks;
+        self.tier_fallbacks += o.tier_fallbacks;
     }
 }
 
@@ -515,6 +539,9 @@ struct Shared {
     backends: direct::Backends,
     residency: OnceLock<known_pages::Residency>,
     totals: totals::Totals,
+    /// The source to gather from when this one fails (a local copy behind
+    /// Redis, or Redis behind a local copy).
+    next_tier: Option<Table>,
 }
 
 /// A table of an open model, ready to gather rows: the entry point of pleio.
@@ -652,6 +679,36 @@ impl Table {
         .map_err(|e| e.in_file(path))
     }
 
+    /// `self` gathering from `next` when its own source fails, after
+    /// checking that both hold the same table (rows, row size and format).
+    pub(crate) fn with_next_tier(mut self, next: Table) -> Result<Table, Error> {
+        let (a, b) = (&self.shared.table, &next.shared.table);
+        if (a.rows(), a.row_bytes(), a.row_elems(), a.ty()) != (b.rows(), b.row_bytes(), b.row_elems(), b.ty()) {
+            return Err(Error::from(CheckpointError::Unsupported {
+                what: format!(
+                    "tiers of different tables: {} has {} rows of {} ({} bytes), {} has {} rows of {} ({} bytes)",
+                    self.source_path().display(),
+                    a.rows(),
+                    a.ty(),
+                    a.row_bytes(),
+                    next.source_path().display(),
+                    b.rows(),
+                    b.ty(),
+                    b.row_bytes()
+                ),
+            }));
+        }
+        match Arc::get_mut(&mut self.shared) {
+            Some(s) => s.next_tier = Some(next),
+            None => {
+                return Err(Error::from(CheckpointError::Unsupported {
+                    what: "a next tier for a table already shared".into(),
+                }))
+            }
+        }
+        Ok(self)
+    }
+
     /// The table published at `url` (`redis://...`, see `docs/remote.md`).
     pub(crate) fn from_remote(url: &str) -> Result<Table, Error> {
         let shown = PathBuf::from(crate::remote::url::redact(url));
@@ -721,6 +778,7 @@ impl Table {
                 backends: direct::Backends::new(paths, files),
                 residency: OnceLock::new(),
                 totals: totals::Totals::default(),
+                next_tier: None,
             }),
             decoder: Arc::new(decoder),
             rounding: Rounding::Exact,
@@ -1267,15 +1325,14 @@ impl Table {
         let out = &mut out;
         // Checks the SIGBUS guard once, when a mapping is first read.
         let guard = sys::guard::Scope::new();
-        match (&self.shared.source, strategy) {
-            // A row cache in front of the cluster: misses go to Redis.
-            (Source::Remote { .. }, Strategy::Cached) => self.gather_cached(rows, out, &mut stats)?,
-            (Source::Remote { .. }, Strategy::Shared) => {
-                self.gather_shared(rows, out, &mut stats, &guard)?
-            }
-            // The file strategies have no file to read: straight from the cluster.
-            (Source::Remote { table, .. }, _) => self.gather_remote(table, rows, out, &mut stats)?,
-            _ => self.gather_file(strategy, rows, out, &mut stats, &guard)?,
+        if let Err(e) = self.run_strategy(strategy, rows, out, &mut stats, &guard) {
+            let next = self.shared.next_tier.as_ref().filter(|_| e.is_source_failure());
+            let Some(next) = next else { return Err(e) };
+            // Nothing was written: the next tier gathers the same rows, with
+            // this handle's rounding.
+            let next = next.clone().with_rounding(self.rounding).map_err(|_| e)?;
+            stats.tier_fallbacks = 1;
+            next.run_strategy(strategy, rows, out, &mut stats, &guard)?;
         }
         let events = guard.events();
         stats.guard_displaced = u64::from(events.displaced);
@@ -1288,8 +1345,8 @@ impl Table {
         Ok(stats)
     }
 
-    /// Runs `strategy` over the table's files.
-    fn gather_file(
+    /// Runs `strategy` over this table's source.
+    fn run_strategy(
         &self,
         strategy: Strategy,
         rows: &[u64],
@@ -1297,15 +1354,21 @@ impl Table {
         stats: &mut GatherStats,
         guard: &sys::guard::Scope,
     ) -> Result<(), GatherError> {
-        match strategy {
-            Strategy::Fault | Strategy::Advise => self.gather_mapped(rows, out, guard),
-            Strategy::Auto => self.gather_auto(rows, out, stats, guard),
-            Strategy::Pread => self.gather_direct(direct::Kind::Pread, rows, out, stats),
-            Strategy::Uring => self.gather_direct(direct::Kind::Uring, rows, out, stats),
-            Strategy::UringDirect => self.gather_direct(direct::Kind::UringDirect, rows, out, stats),
-            Strategy::Pool => self.gather_direct(direct::Kind::Pool, rows, out, stats),
-            Strategy::Cached => self.gather_cached(rows, out, stats),
-            Strategy::Shared => self.gather_shared(rows, out, stats, guard),
+        match (&self.shared.source, strategy) {
+            // A row cache in front of the cluster: misses go to Redis.
+            (Source::Remote { .. }, Strategy::Cached) => self.gather_cached(rows, out, stats),
+            (Source::Remote { .. }, Strategy::Shared) => self.gather_shared(rows, out, stats, guard),
+            // The file strategies have no file to read: straight from the cluster.
+            (Source::Remote { table, .. }, _) => self.gather_remote(table, rows, out, stats),
+            // The files, by the strategy.
+            (_, Strategy::Fault | Strategy::Advise) => self.gather_mapped(rows, out, guard),
+            (_, Strategy::Auto) => self.gather_auto(rows, out, stats, guard),
+            (_, Strategy::Pread) => self.gather_direct(direct::Kind::Pread, rows, out, stats),
+            (_, Strategy::Uring) => self.gather_direct(direct::Kind::Uring, rows, out, stats),
+            (_, Strategy::UringDirect) => self.gather_direct(direct::Kind::UringDirect, rows, out, stats),
+            (_, Strategy::Pool) => self.gather_direct(direct::Kind::Pool, rows, out, stats),
+            (_, Strategy::Cached) => self.gather_cached(rows, out, stats),
+            (_, Strategy::Shared) => self.gather_shared(rows, out, stats, guard),
         }
     }
 

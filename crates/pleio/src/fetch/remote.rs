@@ -51,13 +51,14 @@ impl Table {
     /// see [`crate::remote::store::publish`]): its stored rows, read with
     /// `pread` bucket by bucket, its geometry, row format and row-id
     /// mapping. `source` is what the manifest records as its origin;
+    /// `opts` the bucket size and the check of earlier runs' buckets;
     /// `progress(done, total)` follows the buckets.
     #[cfg_attr(feature = "internals", visibility::make(pub))]
     pub(crate) fn publish(
         &self,
         url: &str,
         source: &str,
-        bucket_bytes: u64,
+        opts: &crate::remote::PublishOptions,
         progress: impl FnMut(u64, u64),
     ) -> Result<crate::remote::Published, crate::Error> {
         let layout = &self.shared.table;
@@ -80,6 +81,6 @@ impl Table {
             self.gather_as_with(super::Strategy::Pread, crate::Dtype::Raw, &rows, out)
                 .map(|_| ())
         };
-        crate::remote::publish(&src, url, bucket_bytes, read, progress)
+        crate::remote::publish(&src, url, opts, read, progress)
     }
 }

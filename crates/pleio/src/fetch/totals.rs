@@ -44,6 +44,8 @@ pub struct GatherTotals {
     /// Gathers that read mapped rows with `pread` instead (the handler
     /// displaced by another one).
     guard_fallbacks: u64,
+    /// Gathers served by the table's next tier after its first source failed.
+    tier_fallbacks: u64,
 }
 }
 
@@ -67,7 +69,8 @@ impl GatherTotals {
     /// bindings (pleio-py's `stats()` dict): `gathers`, `rows`, `bytes`,
     /// `cold_rows`, `found_resident`, `read_requests`, `read_bytes`,
     /// `runs_advised`, `advice_syscalls`, `advice_failures`, `fallbacks`,
-    /// `rearms`, `guard_displaced`, `guard_reinstalled`, `guard_fallbacks`.
+    /// `rearms`, `guard_displaced`, `guard_reinstalled`, `guard_fallbacks`,
+    /// `tier_fallbacks`.
     pub fn fields(&self) -> impl Iterator<Item = (&'static str, u64)> {
         [
             ("gathers", self.gathers),
@@ -85,6 +88,7 @@ impl GatherTotals {
             ("guard_displaced", self.guard_displaced),
             ("guard_reinstalled", self.guard_reinstalled),
             ("guard_fallbacks", self.guard_fallbacks),
+            ("tier_fallbacks", self.tier_fallbacks),
         ]
         .into_iter()
     }
@@ -92,7 +96,7 @@ impl GatherTotals {
 
 /// The shared counters behind [`GatherTotals`].
 #[derive(Debug, Default)]
-pub(crate) struct Totals([AtomicU64; 15]);
+pub(crate) struct Totals([AtomicU64; 16]);
 
 impl Totals {
     /// Adds one gather. Zero fields are skipped: a warm gather costs two
@@ -114,6 +118,7 @@ impl Totals {
             s.guard_displaced,
             s.guard_reinstalled,
             s.guard_fallbacks,
+            s.tier_fallbacks,
         ];
         for (c, v) in self.0.iter().zip(values) {
             if v != 0 {
@@ -141,6 +146,7 @@ impl Totals {
             guard_displaced: v(12),
             guard_reinstalled: v(13),
             guard_fallbacks: v(14),
+            tier_fallbacks: v(15),
         }
     }
 }

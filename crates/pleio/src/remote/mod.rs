@@ -12,7 +12,7 @@ pub mod resp;
 pub mod store;
 pub mod url;
 
-pub use store::{publish, Published, RemoteTable};
+pub use store::{publish, PublishOptions, Published, RemoteTable};
 pub use url::is_remote;
 
 use crate::error::{Error, ErrorKind};

@@ -502,6 +502,9 @@ pub struct Published {
     pub uploaded: u64,
     /// Bytes uploaded by this run.
     pub bytes: u64,
+    /// Buckets an earlier run recorded as done that were missing, short
+    /// (or, with `verify`, changed) and were uploaded again.
+    pub repaired: u64,
     /// Bytes of every bucket (the table's rows plus checks).
     pub table_bytes: u64,
     /// Seconds taken.
@@ -542,15 +545,35 @@ fn row_ids_desc(r: &ModelRows) -> RowIdsDesc {
     }
 }
 
+/// How [`publish`] uploads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PublishOptions {
+    /// Bytes per bucket string (rows per bucket: this over row bytes + 4).
+    pub bucket_bytes: u64,
+    /// Read back every bucket an earlier run recorded as done and compare
+    /// its fingerprint (without: its length only, `STRLEN`).
+    pub verify: bool,
+}
+
+impl Default for PublishOptions {
+    fn default() -> Self {
+        PublishOptions {
+            bucket_bytes: DEFAULT_BUCKET_BYTES,
+            verify: false,
+        }
+    }
+}
+
 /// Uploads `src` to the cluster at `url` under `url`'s name: the buckets
-/// not yet there (a resumed run skips those recorded as done), then the
-/// manifest, then the alias. `read_rows(first, n, out)` fills `out` with
-/// the stored bytes of rows `first..first + n`; `progress(done, total)` is
-/// called after each bucket.
+/// not yet there, then the manifest, then the alias. A bucket an earlier
+/// run recorded as done is kept when its length (with `verify`, its
+/// fingerprint) is right, and uploaded again otherwise.
+/// `read_rows(first, n, out)` fills `out` with the stored bytes of rows
+/// `first..first + n`; `progress(done, total)` is called after each bucket.
 pub fn publish(
     src: &Source<'_>,
     url: &str,
-    bucket_bytes: u64,
+    opts: &PublishOptions,
     mut read_rows: impl FnMut(u64, u64, &mut [u8]) -> Result<(), crate::Error>,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<Published, crate::Error> {
@@ -566,7 +589,7 @@ pub fn publish(
     let name = url.name.clone();
     let l = src.layout;
     let rec = l.row_bytes() + CHECK_BYTES;
-    let rows_per_bucket = (bucket_bytes / rec).max(1);
+    let rows_per_bucket = (opts.bucket_bytes / rec).max(1);
     let mut m = Manifest {
         format: FORMAT.into(),
         version: VERSION,
@@ -613,17 +636,30 @@ pub fn publish(
         }
     }
     let seed = m.seed();
-    let (mut uploaded, mut bytes) = (0u64, 0u64);
+    let (mut uploaded, mut bytes, mut repaired) = (0u64, 0u64, 0u64);
     let mut stored = Vec::new();
     let mut bucket = Vec::new();
     let total = m.buckets;
     for b in 0..total {
-        if done[b as usize].is_some() {
-            progress(b + 1, total);
-            continue;
-        }
         let first = b * rows_per_bucket;
         let n = rows_per_bucket.min(m.rows - first);
+        if let Some(f) = done[b as usize] {
+            let key = m.bucket_key(b);
+            let len = (n * rec) as usize;
+            let intact = if opts.verify {
+                match client.call(&key, &[b"GET".as_slice(), key.as_bytes()])? {
+                    Reply::Bulk(Some(v)) => v.len() == len && hash64(seed ^ b, &v) == f,
+                    _ => false,
+                }
+            } else {
+                client.call(&key, &[b"STRLEN".as_slice(), key.as_bytes()])?.int() == Some(len as i64)
+            };
+            if intact {
+                progress(b + 1, total);
+                continue;
+            }
+            repaired += 1;
+        }
         stored.resize((n * l.row_bytes()) as usize, 0);
         read_rows(first, n, &mut stored)?;
         bucket.clear();
@@ -660,6 +696,7 @@ pub fn publish(
         buckets: total,
         uploaded,
         bytes,
+        repaired,
         table_bytes: m.rows * rec,
         seconds: started.elapsed().as_secs_f64(),
         fingerprint: m.fingerprint,

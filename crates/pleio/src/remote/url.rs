@@ -67,6 +67,11 @@ pub struct RedisUrl {
     pub name: String,
     /// The client's bounds.
     pub options: ClientOptions,
+    /// A local copy of the table (`local=PATH`): the next tier.
+    pub local: Option<std::path::PathBuf>,
+    /// `order=local,redis`: the local copy first, Redis when it fails
+    /// (default with `local`: `redis,local`).
+    pub local_first: bool,
 }
 
 impl fmt::Debug for RedisUrl {
@@ -202,6 +207,7 @@ impl RedisUrl {
             seeds.push(h.to_string());
         }
         let mut options = ClientOptions::default();
+        let (mut local, mut order) = (None, None);
         for kv in query.into_iter().flat_map(|q| q.split('&')).filter(|s| !s.is_empty()) {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
             match k {
@@ -213,6 +219,21 @@ impl RedisUrl {
                         .ok()
                         .filter(|r| *r <= 100)
                         .ok_or_else(|| url_err(url, format!("retries={v}: give 0 to 100")))?
+                }
+                "local" if !v.is_empty() => {
+                    local = Some(std::path::PathBuf::from(percent_decode(url, v)?))
+                }
+                "order" => {
+                    order = match v {
+                        "redis,local" => Some(false),
+                        "local,redis" => Some(true),
+                        _ => {
+                            return Err(url_err(
+                                url,
+                                format!("order={v}: give redis,local or local,redis"),
+                            ))
+                        }
+                    }
                 }
                 "replicas" => {
                     options.replicas = match v {
@@ -230,10 +251,13 @@ impl RedisUrl {
                 _ => {
                     return Err(url_err(
                         url,
-                        format!("unknown option {k:?} (timeout_ms, connect_timeout_ms, retries, replicas)"),
+                        format!("unknown option {k:?} (timeout_ms, connect_timeout_ms, retries, replicas, local, order)"),
                     ))
                 }
             }
+        }
+        if order.is_some() && local.is_none() {
+            return Err(url_err(url, "order= needs local=PATH, the local copy"));
         }
         Ok(RedisUrl {
             seeds,
@@ -241,6 +265,8 @@ impl RedisUrl {
             password,
             name: name.to_string(),
             options,
+            local,
+            local_first: order.unwrap_or(false),
         })
     }
 
@@ -269,6 +295,11 @@ mod tests {
         assert_eq!(u.options.retries, 1);
         assert_eq!(u.options.replicas, ReplicaReads::Prefer);
         assert_eq!(u.to_string(), "redis://ple@10.0.0.1:7000,10.0.0.2:7001/qwen");
+        let t = RedisUrl::parse_with("redis://h:1/t?local=/m/a%20b.gguf&order=local,redis", None).unwrap();
+        assert_eq!(t.local.as_deref(), Some(std::path::Path::new("/m/a b.gguf")));
+        assert!(t.local_first);
+        let t = RedisUrl::parse_with("redis://h:1/t?local=/m/x.gguf", None).unwrap();
+        assert!(!t.local_first);
         let e = RedisUrl::parse_with("redis://127.0.0.1:1/t", Some("pw".into())).unwrap();
         assert_eq!(e.password.as_deref(), Some("pw"));
         assert_eq!(e.user, None);
@@ -286,6 +317,8 @@ mod tests {
             ("redis://h:1/t?replicas=some", "replicas"),
             ("redis://h:1/t?colour=red", "unknown option"),
             ("redis://u:%zz@h:1/t", "hex"),
+            ("redis://h:1/t?order=local,redis", "needs local"),
+            ("redis://h:1/t?local=/x&order=up", "order=up"),
         ] {
             let e = RedisUrl::parse_with(url, None).unwrap_err().to_string();
             assert!(e.contains(part), "{url}: {e}");
