@@ -512,15 +512,9 @@ impl MissReader {
         match &self.source {
             MissSource::Files(f) => f.read_rows(self.backend, t, rows, buf, stats, each),
             MissSource::Remote(remote) => {
-                let rb = t.row_bytes() as usize;
-                let mut stored = vec![0u8; rows.len() * rb];
-                let mut records = Vec::new();
-                remote.read(rows, &mut stored, &mut records)?;
-                stats.read_bytes += records.len() as u64;
+                let bytes = remote.read(rows, &mut |j, b| each(j, b, stats))?;
+                stats.read_bytes += bytes;
                 stats.backend = Some("redis");
-                for (j, bytes) in stored.chunks_exact(rb).enumerate() {
-                    each(j, bytes, stats);
-                }
                 Ok(())
             }
         }

@@ -1,9 +1,12 @@
-//! The gather of a table published to Redis: the distinct rows, sorted,
-//! read in one pipelined round per node and checked row by row
-//! ([`crate::remote::RemoteTable::read`]), then decoded into each request
-//! slot. Nothing is written to the output before every row was read and
-//! checked.
+//! The gather of a table published to Redis: the request grouped as the
+//! row cache groups it (`cached::group_request`), the distinct rows read
+//! in one pipelined round per node and checked row by row
+//! ([`crate::remote::RemoteTable::read`]) into staging, then decoded into
+//! each request slot (`cached::put_groups`). Nothing is written to the
+//! output before every row was read and checked.
 
+use super::cached::{group_request, put_groups};
+use super::direct::with_scratch;
 use super::{with_staged, GatherError, GatherStats, Table};
 use crate::output::Out;
 use crate::remote::RemoteTable;
@@ -16,32 +19,20 @@ impl Table {
         out: &mut Out<'_>,
         stats: &mut GatherStats,
     ) -> Result<(), GatherError> {
-        if rows.is_empty() {
-            return Ok(());
-        }
         let rb = self.shared.table.row_bytes() as usize;
-        with_staged(|st| {
-            // Distinct rows ascending; `slots[i]` is request i's place among them.
-            let mut order: Vec<(u64, usize)> = rows.iter().copied().zip(0..).collect();
-            order.sort_unstable();
-            let mut distinct = Vec::with_capacity(rows.len());
-            let mut slots = vec![0usize; rows.len()];
-            for &(r, i) in &order {
-                if distinct.last() != Some(&r) {
-                    distinct.push(r);
-                }
-                slots[i] = distinct.len() - 1;
-            }
-            st.bytes.clear();
-            st.bytes.resize(distinct.len() * rb, 0);
-            let mut records = Vec::new();
-            remote.read(&distinct, &mut st.bytes, &mut records)?;
-            stats.read_bytes += (distinct.len() * rb) as u64;
-            stats.backend = Some("redis");
-            for (i, &k) in slots.iter().enumerate() {
-                out.put(i, &st.bytes[k * rb..(k + 1) * rb], &self.decoder)?;
-            }
-            Ok(())
+        with_scratch(|s| {
+            with_staged(|st| {
+                let groups = group_request(self, s, st, rows, out)?;
+                let distinct: Vec<u64> = groups.iter().map(|g| g.row).collect();
+                let staged = &mut st.bytes;
+                let bytes = remote.read(&distinct, &mut |k, b| {
+                    staged[k * rb..(k + 1) * rb].copy_from_slice(b)
+                })?;
+                stats.read_bytes += bytes;
+                stats.backend = Some("redis");
+                put_groups(out, &s.order, &groups, &st.bytes, rb, &self.decoder)?;
+                Ok(())
+            })
         })
     }
 }
@@ -62,9 +53,7 @@ impl Table {
         progress: impl FnMut(u64, u64),
     ) -> Result<crate::remote::Published, crate::Error> {
         let layout = &self.shared.table;
-        let mut files: Vec<usize> = layout.regions().map(|r| r.file).collect();
-        files.sort_unstable();
-        files.dedup();
+        let files = self.shared.backends.used();
         let row_ids = self.row_ids().ok();
         let src = crate::remote::store::Source {
             layout,

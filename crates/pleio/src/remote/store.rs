@@ -25,6 +25,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::client::{Client, Range};
+use super::resp::Reply;
 use super::url::RedisUrl;
 use super::RemoteError;
 use crate::layout::{Layout, RowFormat, Shard, ShardPart};
@@ -440,19 +441,17 @@ impl RemoteTable {
     }
 
     /// Reads the stored bytes of `rows` (ascending, distinct, each below
-    /// the row count) into `stored` (rows back to back), checking each
-    /// row's check: one pipelined round per node, consecutive rows of a
-    /// bucket in one `GETRANGE`. `records` is scratch.
+    /// the row count) in one pipelined round per node (consecutive rows of
+    /// a bucket in one `GETRANGE`), checks every row, and only then hands
+    /// each to `each` with its index in `rows`. Returns the bytes read.
     pub fn read(
         &self,
         rows: &[u64],
-        stored: &mut [u8],
-        records: &mut Vec<u8>,
-    ) -> Result<(), RemoteError> {
+        each: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<u64, RemoteError> {
         let m = &self.manifest;
         let (rb, rec) = (m.row_bytes as usize, m.record_bytes() as usize);
-        records.clear();
-        records.resize(rows.len() * rec, 0);
+        let mut records = vec![0u8; rows.len() * rec];
         let mut ranges: Vec<Range> = Vec::new();
         let mut prev: Option<u64> = None;
         for (k, &row) in rows.iter().enumerate() {
@@ -470,9 +469,9 @@ impl RemoteTable {
             }
             prev = Some(row);
         }
-        self.client.get_ranges(&ranges, records)?;
+        self.client.get_ranges(&ranges, &mut records)?;
         let seed = m.seed();
-        for (k, (&row, r)) in rows.iter().zip(records.chunks_exact(rec)).enumerate() {
+        for (&row, r) in rows.iter().zip(records.chunks_exact(rec)) {
             let (bytes, check) = r.split_at(rb);
             if row_check(seed, row, bytes) != check {
                 return Err(RemoteError::Corrupt {
@@ -481,13 +480,13 @@ impl RemoteTable {
                     table: m.id.clone(),
                 });
             }
-            stored[k * rb..(k + 1) * rb].copy_from_slice(bytes);
         }
-        Ok(())
+        for (k, r) in records.chunks_exact(rec).enumerate() {
+            each(k, &r[..rb]);
+        }
+        Ok(records.len() as u64)
     }
 }
-
-use super::resp::Reply;
 
 /// What [`publish`] did.
 #[derive(Debug, Clone, Serialize)]
