@@ -115,4 +115,5 @@ for i, (fmt, rb) in enumerate([({"kind": "ggml", "type_id": 20}, 90), ({"kind": 
     put(f"manifest-{fmt['kind']}.json", json.dumps(m))
 put("url-full.txt", "redis://u:p%40w@127.0.0.1:7000,127.0.0.1:7001/name?timeout_ms=10&retries=2&replicas=prefer")
 put("url-short.txt", "redis://h:1/t")
+put("url-tls.txt", "rediss://u@h:6380/t?tls_ca=/c/ca.pem&tls_cert=/c/me.pem&tls_key=/c/me.key&tls_name=redis.lan")
 PY

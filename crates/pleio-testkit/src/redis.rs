@@ -73,11 +73,76 @@ pub fn unavailable() -> Option<String> {
     None
 }
 
+/// Throwaway TLS material in a temporary directory, as PEM files: a CA,
+/// a server certificate for 127.0.0.1 and `localhost`, and a client
+/// certificate, all signed by the CA (ECDSA P-256).
+pub struct TlsFiles {
+    /// The CA's certificate (what clients trust).
+    pub ca: PathBuf,
+    /// The server's certificate and key.
+    pub server_cert: PathBuf,
+    /// The server's key.
+    pub server_key: PathBuf,
+    /// A client certificate, for servers that require one.
+    pub client_cert: PathBuf,
+    /// The client certificate's key.
+    pub client_key: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TlsFiles {
+    /// Generates a fresh CA and certificates.
+    pub fn generate() -> Result<TlsFiles, String> {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+        };
+        let e = |e: rcgen::Error| format!("cannot make a test certificate: {e}");
+        let ca_key = KeyPair::generate().map_err(e)?;
+        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(e)?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "pleio test CA");
+        let ca_cert = ca.self_signed(&ca_key).map_err(e)?;
+        let leaf = |names: Vec<String>, purpose| -> Result<(String, String), String> {
+            let key = KeyPair::generate().map_err(e)?;
+            let mut p = CertificateParams::new(names).map_err(e)?;
+            p.distinguished_name.push(DnType::CommonName, "pleio test");
+            p.extended_key_usages = vec![purpose];
+            let cert = p.signed_by(&key, &ca_cert, &ca_key).map_err(e)?;
+            Ok((cert.pem(), key.serialize_pem()))
+        };
+        let (server_cert, server_key) = leaf(
+            vec!["127.0.0.1".into(), "localhost".into()],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        )?;
+        let (client_cert, client_key) = leaf(vec![], ExtendedKeyUsagePurpose::ClientAuth)?;
+        let dir = tempfile::Builder::new()
+            .prefix("pleio-tls-")
+            .tempdir()
+            .map_err(|e| format!("cannot make a temporary directory: {e}"))?;
+        let write = |name: &str, text: &str| -> Result<PathBuf, String> {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+            Ok(p)
+        };
+        Ok(TlsFiles {
+            ca: write("ca.pem", &ca_cert.pem())?,
+            server_cert: write("server.pem", &server_cert)?,
+            server_key: write("server.key", &server_key)?,
+            client_cert: write("client.pem", &client_cert)?,
+            client_key: write("client.key", &client_key)?,
+            _dir: dir,
+        })
+    }
+}
+
 /// One redis-server process on 127.0.0.1, killed (SIGKILL by pid, then waited for) on drop, its directory removed.
 pub struct Server {
     child: Child,
     port: u16,
     password: Option<String>,
+    /// redis-cli's TLS arguments for a TLS-only server.
+    tls_cli: Vec<String>,
     killed: bool,
     // Dropped (removed) after `drop` has killed the server.
     dir: tempfile::TempDir,
@@ -86,7 +151,18 @@ pub struct Server {
 impl Server {
     /// A standalone server. `password`: if Some, `requirepass` is set (default user).
     pub fn standalone(password: Option<&str>) -> Result<Server, String> {
-        Server::start(password, false)
+        Server::start(password, false, None)
+    }
+
+    /// A standalone server that speaks only TLS (its port is the TLS
+    /// port), with `files`' server certificate; `require_client_cert`:
+    /// clients must present a certificate the CA signed.
+    pub fn standalone_tls(
+        password: Option<&str>,
+        files: &TlsFiles,
+        require_client_cert: bool,
+    ) -> Result<Server, String> {
+        Server::start(password, false, Some((files, require_client_cert)))
     }
 
     /// The port it listens on (127.0.0.1).
@@ -120,6 +196,7 @@ impl Server {
     pub fn cli(&self, args: &[&str]) -> Result<String, String> {
         let port = self.port.to_string();
         let mut all = vec!["-h", "127.0.0.1", "-p", &port, "-e"];
+        all.extend(self.tls_cli.iter().map(String::as_str));
         all.extend_from_slice(args);
         let out = run_cli(self.password.as_deref(), &all)?;
         if out.status.success() {
@@ -137,7 +214,11 @@ impl Server {
 
     /// Spawns a server (a cluster node if `cluster`) on a free port and
     /// waits for its PONG, on another port if that one was taken meanwhile.
-    fn start(password: Option<&str>, cluster: bool) -> Result<Server, String> {
+    fn start(
+        password: Option<&str>,
+        cluster: bool,
+        tls: Option<(&TlsFiles, bool)>,
+    ) -> Result<Server, String> {
         let bin = find("redis-server")?;
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
@@ -153,9 +234,34 @@ impl Server {
                 .try_clone()
                 .map_err(|e| format!("cannot duplicate {}: {e}", log_path.display()))?;
             let mut cmd = Command::new(&bin);
-            cmd.arg("--port")
-                .arg(port.to_string())
-                .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
+            let mut tls_cli = Vec::new();
+            match tls {
+                None => {
+                    cmd.arg("--port").arg(port.to_string());
+                }
+                Some((f, require)) => {
+                    cmd.args(["--port", "0", "--tls-port"])
+                        .arg(port.to_string())
+                        .arg("--tls-cert-file")
+                        .arg(&f.server_cert)
+                        .arg("--tls-key-file")
+                        .arg(&f.server_key)
+                        .arg("--tls-ca-cert-file")
+                        .arg(&f.ca)
+                        .args(["--tls-auth-clients", if require { "yes" } else { "no" }]);
+                    let path = |p: &Path| p.to_string_lossy().into_owned();
+                    tls_cli = vec![
+                        "--tls".into(),
+                        "--cacert".into(),
+                        path(&f.ca),
+                        "--cert".into(),
+                        path(&f.client_cert),
+                        "--key".into(),
+                        path(&f.client_key),
+                    ];
+                }
+            }
+            cmd.args(["--bind", "127.0.0.1", "--protected-mode", "no"])
                 .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
                 // Replicas sync at once, not after 5 s of waiting for more.
                 .args(["--repl-diskless-sync-delay", "0"])
@@ -184,6 +290,7 @@ impl Server {
                 child,
                 port,
                 password: password.map(str::to_string),
+                tls_cli,
                 killed: false,
                 dir,
             };
@@ -295,7 +402,7 @@ impl Cluster {
         let total = masters * (1 + replicas_per_master);
         let mut nodes = Vec::with_capacity(total);
         for _ in 0..total {
-            nodes.push(Server::start(password, true)?);
+            nodes.push(Server::start(password, true, None)?);
         }
         let cluster = Cluster { nodes };
         let addrs: Vec<String> = cluster.nodes.iter().map(Server::addr).collect();

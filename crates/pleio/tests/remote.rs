@@ -4,14 +4,16 @@
 //! dtype and rounding gives the local file's bytes; a corrupt bucket, a
 //! wrong password, a missing table are typed errors naming what failed;
 //! publishing resumes; two tables never mix; a master killed during a
-//! gather loop never yields a wrong row.
+//! gather loop never yields a wrong row. Over TLS (`rediss://`), a server
+//! that requires client certificates serves the same bytes and refuses a
+//! client without one, an untrusted server or a wrong name.
 
 mod fetch_fixture;
 
 use fetch_fixture::{CkptFixture, Fixture, Rng};
 use pleio::{Dtype, ErrorKind, Rounding, Strategy, Table};
 use pleio_lab::synth_ckpt::CkptEncoding;
-use pleio_testkit::redis::{Cluster, Server};
+use pleio_testkit::redis::{Cluster, Server, TlsFiles};
 
 fn url(seed: &str, name: &str) -> String {
     format!("redis://{seed}/{name}?timeout_ms=500&retries=6")
@@ -410,7 +412,11 @@ fn a_server_refuses_bad_credentials_resumes_publishing_and_names_missing_tables(
 
     // Bad addresses.
     for (u, kind) in [
-        (format!("rediss://{addr}/t"), ErrorKind::Setup),
+        (
+            format!("rediss://{addr}/t?timeout_ms=300&retries=0"),
+            ErrorKind::Remote,
+        ),
+        (format!("redis://{addr}/t?tls_ca=/c.pem"), ErrorKind::Setup),
         (format!("redis://{addr}/t?retries=x"), ErrorKind::Setup),
         (
             "redis://127.0.0.1:1/t?connect_timeout_ms=100&retries=0".to_string(),
@@ -419,6 +425,9 @@ fn a_server_refuses_bad_credentials_resumes_publishing_and_names_missing_tables(
     ] {
         let e = Table::open(&u).unwrap_err();
         assert_eq!(e.kind(), kind, "{u}: {e}");
+        if u.starts_with("rediss") {
+            assert!(e.to_string().contains("speak TLS"), "{e}");
+        }
     }
 }
 
@@ -508,4 +517,63 @@ fn tiers_fall_back_to_the_next_source_and_refuse_different_tables() {
     // Without a local copy, a dead server is an error, never rows.
     let e = Table::open(&base).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Remote, "{e}");
+}
+
+#[test]
+fn tls_serves_the_same_rows_and_refuses_what_does_not_verify() {
+    if let Some(why) = pleio_testkit::redis::unavailable() {
+        pleio_testkit::skip!("{why}");
+    }
+    let files = TlsFiles::generate().unwrap();
+    let server = Server::standalone_tls(Some("s3cret"), &files, true).unwrap();
+    let addr = server.addr();
+    let p = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let (ca, cert, key) = (p(&files.ca), p(&files.client_cert), p(&files.client_key));
+    let base = format!("rediss://:s3cret@{addr}/t");
+    let good = format!("{base}?tls_ca={ca}&tls_cert={cert}&tls_key={key}");
+    let fx = Fixture::qwen(30_000, 9);
+    let table = fx.reader();
+    let published = table
+        .publish(&good, "t", &opts(1 << 14), |_, _| {})
+        .unwrap();
+    assert!(published.uploaded > 0);
+    let remote = Table::open(&good).unwrap();
+    assert!(
+        remote.path().to_string_lossy().starts_with("rediss://"),
+        "{:?}",
+        remote.path()
+    );
+    assert!(!remote.path().to_string_lossy().contains("s3cret"));
+    let mut rng = Rng::new(21);
+    assert_same(&table, &remote, &rows_of(&mut rng, table.rows(), 300));
+
+    // Refused: no client certificate, another CA, a name the certificate
+    // does not carry, plain TCP to the TLS port. Each names the node.
+    let other = TlsFiles::generate().unwrap();
+    for (u, says) in [
+        (format!("{base}?tls_ca={ca}&timeout_ms=2000"), ""),
+        (
+            format!(
+                "{base}?tls_ca={}&tls_cert={cert}&tls_key={key}",
+                p(&other.ca)
+            ),
+            "certificate",
+        ),
+        (format!("{good}&tls_name=redis.example"), "certificate"),
+        (format!("redis://:s3cret@{addr}/t?timeout_ms=2000"), ""),
+    ] {
+        let e = Table::open(&u).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Remote, "{u}: {e}");
+        let text = e.to_string();
+        assert!(text.contains(&addr) && text.contains(says), "{u}: {text}");
+        assert!(!text.contains("s3cret"), "{text}");
+    }
+
+    // Files that cannot be used are named, before anything connects.
+    let e = Table::open(format!("{base}?tls_ca=/nonexistent/ca.pem")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Setup, "{e}");
+    assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+    let e = Table::open(format!("{base}?tls_ca={cert}&tls_cert={ca}&tls_key={ca}")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Setup, "{e}");
+    assert!(e.to_string().contains(&ca), "{e}");
 }

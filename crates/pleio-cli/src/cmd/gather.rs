@@ -64,7 +64,9 @@ const MAX_ROW_OUT_BYTES: u64 = 1 << 30;
 #[derive(clap::Args)]
 pub struct Args {
     /// A GGUF file (or any shard of a split set), or a safetensors
-    /// checkpoint: its directory, index, one file, or a ple-store.json.
+    /// checkpoint: its directory, index, one file, or a ple-store.json;
+    /// or a table published to Redis, redis://HOST:PORT/NAME or
+    /// rediss://... over TLS (docs/remote.md).
     file: PathBuf,
     /// Row ids, comma-separated (e.g. 1,5,9).
     #[arg(

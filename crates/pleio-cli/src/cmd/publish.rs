@@ -30,7 +30,8 @@ pub struct Args {
     /// checkpoint: its directory, index, one file, or a ple-store.json.
     file: PathBuf,
     /// Where to: redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...]/NAME
-    /// (the password may come from PLEIO_REDIS_PASSWORD instead).
+    /// (the password may come from PLEIO_REDIS_PASSWORD instead), or
+    /// rediss://...?tls_ca=PATH[&tls_cert=PATH&tls_key=PATH] over TLS.
     url: String,
     #[command(flatten)]
     layer: crate::table_args::LayerArg,

@@ -14,6 +14,7 @@ use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use super::resp::{self, Reply};
+use super::tls::{Stream, Tls};
 use super::url::{ClientOptions, RedisUrl, ReplicaReads};
 use super::RemoteError;
 
@@ -60,11 +61,16 @@ pub fn slot(key: &[u8]) -> u16 {
 
 /// One connection to one node.
 struct Conn {
-    stream: BufReader<TcpStream>,
+    stream: BufReader<Stream>,
 }
 
 impl Conn {
-    fn open(node: &str, url: &RedisUrl, readonly: bool) -> Result<Conn, RemoteError> {
+    fn open(
+        node: &str,
+        url: &RedisUrl,
+        tls: Option<&Tls>,
+        readonly: bool,
+    ) -> Result<Conn, RemoteError> {
         let o = &url.options;
         let io = |source: std::io::Error| RemoteError::Io {
             node: node.to_string(),
@@ -88,6 +94,10 @@ impl Conn {
         stream.set_read_timeout(Some(o.timeout)).map_err(io)?;
         stream.set_write_timeout(Some(o.timeout)).map_err(io)?;
         stream.set_nodelay(true).map_err(io)?;
+        let stream = match tls {
+            Some(t) => t.connect(node, stream)?,
+            None => Stream::Plain(stream),
+        };
         let mut c = Conn {
             stream: BufReader::with_capacity(256 << 10, stream),
         };
@@ -119,9 +129,9 @@ impl Conn {
     }
 
     fn send(&mut self, node: &str, bytes: &[u8]) -> Result<(), RemoteError> {
-        self.stream
-            .get_mut()
-            .write_all(bytes)
+        let s = self.stream.get_mut();
+        s.write_all(bytes)
+            .and_then(|()| s.flush())
             .map_err(|e| RemoteError::io(node, e))
     }
 }
@@ -142,6 +152,8 @@ type Map = (SlotMap, Vec<Owners>);
 /// A client of one cluster (or one server).
 pub struct Client {
     url: RedisUrl,
+    /// TLS configuration of a `rediss://` address.
+    tls: Option<Tls>,
     /// Slot -> index into `owners`.
     map: RwLock<Map>,
     /// Idle connections by node and kind (`true`: a read-only replica
@@ -175,19 +187,21 @@ enum Again {
 }
 
 impl Client {
-    /// A client of the nodes in `url` (nothing is connected until used;
-    /// [`Client::connect`] checks at once).
-    pub fn new(url: RedisUrl) -> Client {
-        Client {
+    /// A client of the nodes in `url`; nothing is connected until used
+    /// ([`Client::connect`] checks at once), but TLS files are read now.
+    pub fn new(url: RedisUrl) -> Result<Client, RemoteError> {
+        let tls = url.tls.as_ref().map(Tls::new).transpose()?;
+        Ok(Client {
             url,
+            tls,
             map: RwLock::new((None, Vec::new())),
             idle: Mutex::new(HashMap::new()),
-        }
+        })
     }
 
     /// Connects, authenticates and reads the slot map.
     pub fn connect(url: RedisUrl) -> Result<Client, RemoteError> {
-        let c = Client::new(url);
+        let c = Client::new(url)?;
         c.refresh()?;
         Ok(c)
     }
@@ -337,7 +351,7 @@ impl Client {
             .and_then(|mut p| p.get_mut(&(node.to_string(), readonly))?.pop());
         match pooled {
             Some(c) => Ok(c),
-            None => Conn::open(node, &self.url, readonly),
+            None => Conn::open(node, &self.url, self.tls.as_ref(), readonly),
         }
     }
 

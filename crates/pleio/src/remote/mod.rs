@@ -3,13 +3,14 @@
 //! (`store`), and `Table::open("redis://...")` reads them back, checked
 //! row by row, decoded by pleio exactly as from the file.
 //!
-//! `url` parses addresses, `resp` is the wire protocol, `client` the
-//! cluster-aware pipelined client, `store` the key layout, publishing and
-//! batch reads.
+//! `url` parses addresses, `resp` is the wire protocol, `tls` wraps
+//! `rediss://` connections, `client` the cluster-aware pipelined client,
+//! `store` the key layout, publishing and batch reads.
 
 pub mod client;
 pub mod resp;
 pub mod store;
+pub mod tls;
 pub mod url;
 
 pub use store::{publish, PublishOptions, Published, RemoteTable};
@@ -37,6 +38,23 @@ pub enum RemoteError {
         node: String,
         /// The cause.
         source: std::io::Error,
+    },
+    /// A TLS certificate or key file given in the address cannot be used.
+    #[error("{}: {what}", path.display())]
+    TlsFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+    /// The TLS handshake with a node failed (a certificate that does not
+    /// verify, a server that does not speak TLS, a refused client).
+    #[error("redis node {node}: TLS {what} (rediss:// options: tls_ca, tls_cert, tls_key, tls_name)")]
+    Tls {
+        /// `host:port`.
+        node: String,
+        /// What failed.
+        what: String,
     },
     /// The node refused the credentials.
     #[error("redis node {node}: authentication failed: {message} (check the user and password: redis://USER:PASSWORD@HOST:PORT/NAME or PLEIO_REDIS_PASSWORD)")]
@@ -155,7 +173,7 @@ impl RemoteError {
 impl From<RemoteError> for Error {
     fn from(e: RemoteError) -> Error {
         let kind = match &e {
-            RemoteError::Url { .. } => ErrorKind::Setup,
+            RemoteError::Url { .. } | RemoteError::TlsFile { .. } => ErrorKind::Setup,
             RemoteError::NoTable { .. } => ErrorKind::NotFound,
             RemoteError::Manifest { .. } => ErrorKind::InvalidFile,
             _ => ErrorKind::Remote,

@@ -8,6 +8,12 @@
 //! when its master does not answer; `prefer`: read replicas first; `never`).
 //! The password may instead come from `PLEIO_REDIS_PASSWORD`, so it stays
 //! out of process listings. User and password are percent-decoded.
+//!
+//! `rediss://` is the same over TLS, with options `tls_ca=PATH` (the PEM
+//! certificates to trust; default: the system's bundle), `tls_cert=PATH`
+//! and `tls_key=PATH` (a client certificate, for servers that ask for one)
+//! and `tls_name=NAME` (the name every node's certificate must carry;
+//! default: the host each node is reached at, a name or an IP address).
 
 use std::fmt;
 use std::time::Duration;
@@ -54,6 +60,19 @@ impl Default for ClientOptions {
     }
 }
 
+/// TLS settings of a `rediss://` address (paths as given, read at connect).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// PEM certificates to trust (`None`: the system's bundle).
+    pub ca: Option<std::path::PathBuf>,
+    /// PEM client certificate chain, with `key`.
+    pub cert: Option<std::path::PathBuf>,
+    /// PEM private key of `cert`.
+    pub key: Option<std::path::PathBuf>,
+    /// The name the nodes' certificates must carry (`None`: each node's host).
+    pub name: Option<String>,
+}
+
 /// A parsed `redis://` address.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisUrl {
@@ -72,6 +91,8 @@ pub struct RedisUrl {
     /// `order=local,redis`: the local copy first, Redis when it fails
     /// (default with `local`: `redis,local`).
     pub local_first: bool,
+    /// TLS (`rediss://`), or `None` for plain TCP.
+    pub tls: Option<TlsOptions>,
 }
 
 impl fmt::Debug for RedisUrl {
@@ -83,7 +104,7 @@ impl fmt::Debug for RedisUrl {
 /// Without the password.
 impl fmt::Display for RedisUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("redis://")?;
+        f.write_str(if self.tls.is_some() { "rediss://" } else { "redis://" })?;
         if let Some(u) = &self.user {
             write!(f, "{u}@")?;
         }
@@ -155,15 +176,11 @@ fn millis(url: &str, key: &str, v: &str) -> Result<Duration, RemoteError> {
 impl RedisUrl {
     /// Parses `url`; `env_password` is used when the address has none.
     pub fn parse_with(url: &str, env_password: Option<String>) -> Result<RedisUrl, RemoteError> {
-        if url.starts_with("rediss://") {
-            return Err(url_err(
-                url,
-                "TLS (rediss://) is not supported yet: reach the cluster over a TLS tunnel or a trusted network",
-            ));
-        }
-        let rest = url
-            .strip_prefix("redis://")
-            .ok_or_else(|| url_err(url, "not a redis:// address"))?;
+        let (rest, mut tls) = match (url.strip_prefix("redis://"), url.strip_prefix("rediss://")) {
+            (Some(r), _) => (r, None),
+            (_, Some(r)) => (r, Some(TlsOptions::default())),
+            _ => return Err(url_err(url, "not a redis:// or rediss:// address")),
+        };
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
             None => (rest, None),
@@ -235,6 +252,21 @@ impl RedisUrl {
                         }
                     }
                 }
+                "tls_ca" | "tls_cert" | "tls_key" | "tls_name" => {
+                    let t = tls.as_mut().ok_or_else(|| {
+                        url_err(url, format!("{k}: TLS options need a rediss:// address"))
+                    })?;
+                    if v.is_empty() {
+                        return Err(url_err(url, format!("{k}= is empty")));
+                    }
+                    let v = percent_decode(url, v)?;
+                    match k {
+                        "tls_ca" => t.ca = Some(v.into()),
+                        "tls_cert" => t.cert = Some(v.into()),
+                        "tls_key" => t.key = Some(v.into()),
+                        _ => t.name = Some(v),
+                    }
+                }
                 "replicas" => {
                     options.replicas = match v {
                         "fallback" => ReplicaReads::Fallback,
@@ -251,9 +283,14 @@ impl RedisUrl {
                 _ => {
                     return Err(url_err(
                         url,
-                        format!("unknown option {k:?} (timeout_ms, connect_timeout_ms, retries, replicas, local, order)"),
+                        format!("unknown option {k:?} (timeout_ms, connect_timeout_ms, retries, replicas, local, order, tls_ca, tls_cert, tls_key, tls_name)"),
                     ))
                 }
+            }
+        }
+        if let Some(t) = &tls {
+            if t.cert.is_some() != t.key.is_some() {
+                return Err(url_err(url, "give tls_cert and tls_key together (a client certificate and its key)"));
             }
         }
         if order.is_some() && local.is_none() {
@@ -267,6 +304,7 @@ impl RedisUrl {
             options,
             local,
             local_first: order.unwrap_or(false),
+            tls,
         })
     }
 
@@ -303,13 +341,27 @@ mod tests {
         let e = RedisUrl::parse_with("redis://127.0.0.1:1/t", Some("pw".into())).unwrap();
         assert_eq!(e.password.as_deref(), Some("pw"));
         assert_eq!(e.user, None);
+        assert_eq!(e.tls, None);
+        let s = RedisUrl::parse_with(
+            "rediss://u:pw@h:1/t?tls_ca=/c/ca.pem&tls_cert=/c/me.pem&tls_key=/c/me%2Bkey.pem&tls_name=redis.lan",
+            None,
+        )
+        .unwrap();
+        let t = s.tls.as_ref().unwrap();
+        assert_eq!(t.ca.as_deref(), Some(std::path::Path::new("/c/ca.pem")));
+        assert_eq!(t.key.as_deref(), Some(std::path::Path::new("/c/me+key.pem")));
+        assert_eq!(t.name.as_deref(), Some("redis.lan"));
+        assert_eq!(s.to_string(), "rediss://u@h:1/t");
+        assert_eq!(RedisUrl::parse_with("rediss://h:1/t", None).unwrap().tls, Some(TlsOptions::default()));
     }
 
     #[test]
     fn refuses_bad_addresses_naming_the_part() {
         for (url, part) in [
-            ("rediss://h:1/t", "TLS"),
             ("http://h:1/t", "not a redis"),
+            ("redis://h:1/t?tls_ca=/c.pem", "need a rediss://"),
+            ("rediss://h:1/t?tls_cert=/c.pem", "together"),
+            ("rediss://h:1/t?tls_ca=", "empty"),
             ("redis://h/t", "HOST:PORT"),
             ("redis://h:0/t", "port"),
             ("redis://h:1/a/b", "table name"),
