@@ -5,7 +5,10 @@
 #   capi_test.c      every function, every dtype bit for bit against
 #                    `pleio gather` (bf16/f16 rounded from its f32 by numpy,
 #                    raw = the file's bytes), row ids against `pleio rows`,
-#                    NULLs, bad enums, short buffers, closed handles;
+#                    NULLs, bad enums, short buffers, closed handles; the
+#                    same table published to a throwaway redis-server
+#                    (when installed): every dtype and the row ids equal,
+#                    an unpublished name, no server, an unreadable TLS file;
 #                    linked to libpleio_capi.a with the system C compiler;
 #   capi_threads.cpp one handle from 8 threads, and a close racing 4 others;
 #                    linked to libpleio_capi.so with the system C++ compiler;
@@ -123,6 +126,23 @@ NATIVE=(-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc)
 "$CXX" -std=c++17 -Wall -Wextra -Werror "${SAN[@]}" -I include \
     crates/pleio-capi/tests/c/capi_stress.cpp -L "$TARGET/release" -lpleio_capi \
     -Wl,-rpath,"$TARGET/release" -pthread -o "$WORK/capi_stress"
+
+# a table in Redis, for capi_test's Redis checks: q.gguf published to a
+# throwaway redis-server on loopback, stopped by pid on exit
+REDIS_PID=
+trap 'if [ -n "$REDIS_PID" ]; then kill "$REDIS_PID" 2>/dev/null; wait "$REDIS_PID" 2>/dev/null; fi; rm -rf "$WORK"' EXIT
+if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+    RPORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
+        >"$WORK/redis.log" 2>&1 &
+    REDIS_PID=$!
+    for _ in $(seq 100); do
+        [ "$(redis-cli -p "$RPORT" ping 2>/dev/null)" = PONG ] && break
+        sleep 0.05
+    done
+    "$PLEIO" publish "$WORK/q.gguf" "redis://127.0.0.1:$RPORT/q" >/dev/null 2>&1
+    export PLEIO_TEST_REDIS="redis://127.0.0.1:$RPORT"
+fi
 
 # --- run ---
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0

@@ -570,6 +570,55 @@ int main(int argc, char **argv) {
         free(cids);
     }
 
+    /* --- a table in Redis: PLEIO_TEST_REDIS=redis://HOST:PORT, q.gguf published there as "q" --- */
+    const char *redis = getenv("PLEIO_TEST_REDIS");
+    if (redis == NULL) {
+        printf("capi_test: SKIPPED the Redis checks (no PLEIO_TEST_REDIS: redis-server not installed)\n");
+    } else {
+        char url[512];
+        pleio_table *r = NULL;
+        snprintf(url, sizeof url, "%s/q", redis);
+        CHECK(pleio_open(url, NULL, &r) == PLEIO_OK && r != NULL, "open %s: %s", url, pleio_last_error());
+        pleio_info ri;
+        memset(&ri, 0, sizeof ri);
+        CHECK(r && pleio_table_info(r, &ri) == PLEIO_OK && ri.rows == rows && ri.row_bytes == row_bytes &&
+                  mentions(ri.path, "redis://"),
+              "a Redis table's info: %s", ri.path);
+        for (size_t k = 0; r && k < sizeof kinds / sizeof kinds[0]; k++) {
+            size_t len;
+            void *expect = slurp(kinds[k].file, &len);
+            unsigned char *buf = malloc(len);
+            CHECK(pleio_gather(r, ids, n, kinds[k].dtype, buf, len, NULL) == PLEIO_OK, "gather %s from Redis: %s",
+                  kinds[k].file, pleio_last_error());
+            CHECK(memcmp(buf, expect, len) == 0, "%s: the Redis table equals the file", kinds[k].file);
+            free(buf);
+            free(expect);
+        }
+        pleio_sequence *rs = NULL;
+        int64_t *got = calloc(n_rows_expected, sizeof *got);
+        CHECK(r && pleio_sequence_new(r, &rs) == PLEIO_OK &&
+                  pleio_sequence_map(rs, tokens, n_tokens, got, n_rows_expected, NULL) == PLEIO_OK &&
+                  memcmp(got, rows_expected, n_rows_expected * sizeof *got) == 0,
+              "a Redis table's row ids equal `pleio rows`");
+        pleio_sequence_free(rs);
+        free(got);
+        pleio_close(r);
+
+        pleio_table *none = NULL;
+        snprintf(url, sizeof url, "%s/no-such-table", redis);
+        CHECK(pleio_open(url, NULL, &none) == PLEIO_ERR_NOT_FOUND && none == NULL, "an unpublished name");
+        CHECK(mentions(pleio_last_error(), "pleio publish"), "the message says how: %s", pleio_last_error());
+        CHECK(pleio_open("redis://127.0.0.1:1/q?connect_timeout_ms=200&retries=0", NULL, &none) == PLEIO_ERR_REMOTE &&
+                  none == NULL,
+              "no server: PLEIO_ERR_REMOTE");
+        CHECK(mentions(pleio_last_error(), "127.0.0.1:1"), "the message names the node: %s", pleio_last_error());
+        CHECK(pleio_open("rediss://127.0.0.1:1/q?tls_ca=/nonexistent/ca.pem", NULL, &none) == PLEIO_ERR_SETUP &&
+                  none == NULL,
+              "an unreadable TLS file: PLEIO_ERR_SETUP");
+        CHECK(mentions(pleio_last_error(), "/nonexistent/ca.pem"), "the message names the file: %s",
+              pleio_last_error());
+    }
+
     /* --- closing --- */
     pleio_sequence *orphan = NULL;
     CHECK(pleio_sequence_new(t, &orphan) == PLEIO_OK, "a sequence outliving its table");
