@@ -27,6 +27,7 @@ reports in docs/reports, so no figure there is typed by hand.
     python3 scripts/docs_gen.py engine-rss REPORT       # an engine check's peak memory, stock against pleio
     python3 scripts/docs_gen.py llama-speed REPORT      # llama.cpp prefill/decode (speed.sh --report)
     python3 scripts/docs_gen.py remote-memory REPORT    # Redis memory per bucket size (remote_memory.py)
+    python3 scripts/docs_gen.py cluster-paper REPORT    # the 100-node paper design (cluster_paper.py)
 
 A generated block in a page of docs/ is
 
@@ -449,6 +450,34 @@ def remote_memory(path):
                    f"{x['used_per_table_byte']:.3f}", f"{x['rss_per_table_byte']:.3f}", f"{x['publish_seconds']:.2f} s"])
 
 
+def cluster_paper(path):
+    """scripts/cluster_paper.py: Redis memory and publishing time per encoding, and the traffic of a fleet."""
+    rep = load(path)
+    o, a = rep["output"], rep["output"]["assumptions"]
+    gb = lambda b: f"{b / 1e9:,.1f} GB"
+    mem = ["| encoding | table | in Redis | per master (of " + str(a["masters"]) + ") | with " + str(a["replicas_per_master"])
+           + " replica each | publish: one process to one server | to a 3-master cluster |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for e in o["encodings"]:
+        mem.append(f"| {e['encoding']} | {gb(e['table_bytes'])} | {gb(e['redis_used_bytes'])} | {gb(e['per_master_bytes'])} | "
+                   f"{gb(e['cluster_bytes'])} | {e['publish_s']['pleio-redis'] / 60:.1f} min | {e['publish_s']['pleio-redis-cluster'] / 60:.1f} min |")
+    fp8 = next(e for e in o["encodings"] if e["encoding"].startswith("FP8"))
+    wire = fp8["request_bytes"] + fp8["reply_bytes"]
+    tr = ["| stream | machine-wide cache | row ids per token | rows to Redis per token | bytes per token | fleet total | per master | Redis CPU per master |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    seen = set()
+    for x in o["streams"]:
+        name = "corpus once" if x["orders"] == 1 else f"corpus {x['orders']}x, reordered"
+        rows = [("none (each gather deduplicated)", x["lookups_per_token"])] if x["orders"] not in seen else []
+        seen.add(x["orders"])
+        rows.append((f"{x['budget_bytes'] / 2**20:,.0f} MiB, {pct(x['hit_rate'])} hits", x["misses_per_token"]))
+        for label, per_tok in rows:
+            total = o["tokens_per_s"] * per_tok * wire
+            rows_s = o["tokens_per_s"] * per_tok / a["masters"]
+            tr.append(f"| {name} | {label} | {x['ids_per_token']:.1f} | {per_tok:.2f} | {per_tok * wire:,.0f} B | "
+                      f"{total / 1e9:,.2f} GB/s | {total / a['masters'] / 1e6:,.0f} MB/s | {rows_s * a['server_us_per_row'] / 1e6:.2f} cores |")
+    return with_footer(path, "\n".join(mem) + "\n\n" + "\n".join(tr), rep)
+
+
 def cache_policies(path):
     """scripts/cache_policies.sh's replays, one row per budget and policy."""
     return output_table(
@@ -675,7 +704,7 @@ def med_of(xs):
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
-RENDERERS = {"remote-memory": remote_memory, "torch": torch_table, "transformers-rss": transformers_rss, "vllm-rss": vllm_rss, "bench": bench, "replay": replay,
+RENDERERS = {"remote-memory": remote_memory, "cluster-paper": cluster_paper, "torch": torch_table, "transformers-rss": transformers_rss, "vllm-rss": vllm_rss, "bench": bench, "replay": replay,
              "headline": headline, "demo-floors": demo, "cache-sim": cache_sim,
              "cache-policies": cache_policies, "cache-targets": cache_targets,
              "warm-coverage": warm_coverage, "bindings": bindings, "gather-sentence": gather_sentence,
