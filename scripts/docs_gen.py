@@ -28,6 +28,7 @@ reports in docs/reports, so no figure there is typed by hand.
     python3 scripts/docs_gen.py llama-speed REPORT      # llama.cpp prefill/decode (speed.sh --report)
     python3 scripts/docs_gen.py remote-memory REPORT    # Redis memory per bucket size (remote_memory.py)
     python3 scripts/docs_gen.py cluster-paper REPORT    # the 100-node paper design (cluster_paper.py)
+    python3 scripts/docs_gen.py redis-probe REPORT      # Redis alone: GETRANGE, Lua, huge pages (redis_probe.py)
 
 A generated block in a page of docs/ is
 
@@ -478,6 +479,22 @@ def cluster_paper(path):
     return with_footer(path, "\n".join(mem) + "\n\n" + "\n".join(tr), rep)
 
 
+def redis_probe(path):
+    """scripts/redis_probe.py: Redis alone, a 1792-row batch read four ways, with and without huge pages."""
+    rep = load(path)
+    runs = rep["output"]["runs"]
+    groups = sorted({int(k.split("_")[1]) for r in runs for k in r if k.startswith("lua_")})
+    head = ["heap", "huge pages", "pipelined, same rows", "pipelined, fresh rows", "Redis time per GETRANGE"]
+    head += [f"Lua, {g} call{'s' if g > 1 else ''}" for g in groups]
+    out = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for r in runs:
+        cells = [f"{r['heap_bytes'] / 1e9:.2f} GB", f"{r['anon_huge_kib'] / 2**20:.2f} GiB" if r["thp"] else "off",
+                 ms(r["pipelined_same_us"]), ms(r["pipelined_fresh_us"]), f"{r['getrange_exec_us']:.2f} us"]
+        cells += [ms(r[f"lua_{g}_us"]) for g in groups]
+        out.append("| " + " | ".join(cells) + " |")
+    return with_footer(path, "\n".join(out), rep)
+
+
 def cache_policies(path):
     """scripts/cache_policies.sh's replays, one row per budget and policy."""
     return output_table(
@@ -704,7 +721,7 @@ def med_of(xs):
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
-RENDERERS = {"remote-memory": remote_memory, "cluster-paper": cluster_paper, "torch": torch_table, "transformers-rss": transformers_rss, "vllm-rss": vllm_rss, "bench": bench, "replay": replay,
+RENDERERS = {"remote-memory": remote_memory, "cluster-paper": cluster_paper, "redis-probe": redis_probe, "torch": torch_table, "transformers-rss": transformers_rss, "vllm-rss": vllm_rss, "bench": bench, "replay": replay,
              "headline": headline, "demo-floors": demo, "cache-sim": cache_sim,
              "cache-policies": cache_policies, "cache-targets": cache_targets,
              "warm-coverage": warm_coverage, "bindings": bindings, "gather-sentence": gather_sentence,
