@@ -200,6 +200,33 @@ fn a_cluster_serves_every_table_exactly_and_survives_a_master_kill() {
         out(&q2, Dtype::Raw, &rows).unwrap()
     );
 
+    // replicas=prefer: every read goes to a replica (and the manifest and
+    // alias, single commands, to the masters), with the same bytes.
+    let masters = cluster.masters().unwrap();
+    let replicas: Vec<usize> = (0..cluster.nodes.len())
+        .filter(|i| !masters.contains(i))
+        .collect();
+    let getranges = |i: usize| -> u64 {
+        let stats = cluster.nodes[i].cli(&["INFO", "commandstats"]).unwrap();
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_getrange:calls="))
+            .map_or(0, |v| v.split(',').next().unwrap().parse().unwrap())
+    };
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    }
+    let prefer = Table::open(format!("{}&replicas=prefer", url(&seed, "q2"))).unwrap();
+    let rows = rows_of(&mut rng, 60_000, 300);
+    let want2 = out(&other, Dtype::Raw, &rows).unwrap();
+    assert_eq!(out(&prefer, Dtype::Raw, &rows).unwrap(), want2);
+    let on_masters: u64 = masters.iter().map(|&i| getranges(i)).sum();
+    let on_replicas: u64 = replicas.iter().map(|&i| getranges(i)).sum();
+    assert!(
+        on_masters == 0 && on_replicas > 0,
+        "masters {on_masters}, replicas {on_replicas}"
+    );
+
     // A bucket of one table copied over the other's: every row's check names it.
     let id = p.id.clone();
     let cli = |args: &[&str]| cluster.nodes[0].cli(&[&["-c"][..], args].concat()).unwrap();

@@ -337,10 +337,15 @@ impl Client {
         }
     }
 
-    /// The node to send a command on `slot` to first.
-    fn first_owner(&self, slot: u16) -> Option<NodeKey> {
+    /// The master of `slot`, whatever the replica policy (single commands
+    /// write, or read what was just written).
+    fn master_of(&self, slot: u16) -> Option<String> {
         let m = self.map.read().unwrap_or_else(|e| e.into_inner());
-        Client::node_of(&m, self.pick(&m, slot, 0)?)
+        let i = match &m.0 {
+            None => 0,
+            Some(map) => map[slot as usize]?,
+        };
+        Some(m.1.get(i as usize)?.master.clone())
     }
 
     fn take(&self, node: &str, readonly: bool) -> Result<Conn, RemoteError> {
@@ -376,8 +381,8 @@ impl Client {
             }
             let node = match ask.take() {
                 Some(n) => n,
-                None => match self.first_owner(s) {
-                    Some((n, _)) => n,
+                None => match self.master_of(s) {
+                    Some(n) => n,
                     None => {
                         last = Some(RemoteError::Uncovered { slot: s, key: key.into() });
                         let _ = self.refresh();
