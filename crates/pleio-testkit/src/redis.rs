@@ -103,19 +103,24 @@ impl TlsFiles {
         ca.distinguished_name
             .push(DnType::CommonName, "pleio test CA");
         let ca_cert = ca.self_signed(&ca_key).map_err(e)?;
-        let leaf = |names: Vec<String>, purpose| -> Result<(String, String), String> {
+        let leaf = |names: Vec<String>, purposes| -> Result<(String, String), String> {
             let key = KeyPair::generate().map_err(e)?;
             let mut p = CertificateParams::new(names).map_err(e)?;
             p.distinguished_name.push(DnType::CommonName, "pleio test");
-            p.extended_key_usages = vec![purpose];
+            p.extended_key_usages = purposes;
             let cert = p.signed_by(&key, &ca_cert, &ca_key).map_err(e)?;
             Ok((cert.pem(), key.serialize_pem()))
         };
+        // Cluster nodes and replicas present the server certificate as
+        // clients of each other too.
         let (server_cert, server_key) = leaf(
             vec!["127.0.0.1".into(), "localhost".into()],
-            ExtendedKeyUsagePurpose::ServerAuth,
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
         )?;
-        let (client_cert, client_key) = leaf(vec![], ExtendedKeyUsagePurpose::ClientAuth)?;
+        let (client_cert, client_key) = leaf(vec![], vec![ExtendedKeyUsagePurpose::ClientAuth])?;
         let dir = tempfile::Builder::new()
             .prefix("pleio-tls-")
             .tempdir()
@@ -249,6 +254,9 @@ impl Server {
                         .arg("--tls-ca-cert-file")
                         .arg(&f.ca)
                         .args(["--tls-auth-clients", if require { "yes" } else { "no" }]);
+                    if cluster {
+                        cmd.args(["--tls-cluster", "yes", "--tls-replication", "yes"]);
+                    }
                     let path = |p: &Path| p.to_string_lossy().into_owned();
                     tls_cli = vec![
                         "--tls".into(),
@@ -394,6 +402,27 @@ impl Cluster {
         replicas_per_master: usize,
         password: Option<&str>,
     ) -> Result<Cluster, String> {
+        Cluster::start_with(masters, replicas_per_master, password, None)
+    }
+
+    /// [`Cluster::start`] with every node speaking only TLS, to clients,
+    /// to each other (`tls-cluster yes`) and to its replicas, with
+    /// `files`' server certificate; clients need no certificate.
+    pub fn start_tls(
+        masters: usize,
+        replicas_per_master: usize,
+        password: Option<&str>,
+        files: &TlsFiles,
+    ) -> Result<Cluster, String> {
+        Cluster::start_with(masters, replicas_per_master, password, Some(files))
+    }
+
+    fn start_with(
+        masters: usize,
+        replicas_per_master: usize,
+        password: Option<&str>,
+        tls: Option<&TlsFiles>,
+    ) -> Result<Cluster, String> {
         if masters < 3 {
             return Err(format!(
                 "a Redis Cluster needs at least 3 masters (redis-cli --cluster create), not {masters}"
@@ -402,12 +431,17 @@ impl Cluster {
         let total = masters * (1 + replicas_per_master);
         let mut nodes = Vec::with_capacity(total);
         for _ in 0..total {
-            nodes.push(Server::start(password, true, None)?);
+            nodes.push(Server::start(password, true, tls.map(|f| (f, false)))?);
         }
         let cluster = Cluster { nodes };
         let addrs: Vec<String> = cluster.nodes.iter().map(Server::addr).collect();
         let replicas = replicas_per_master.to_string();
-        let mut args = vec!["--cluster", "create"];
+        let mut args: Vec<&str> = cluster.nodes[0]
+            .tls_cli
+            .iter()
+            .map(String::as_str)
+            .collect();
+        args.extend(["--cluster", "create"]);
         args.extend(addrs.iter().map(String::as_str));
         args.extend(["--cluster-replicas", &replicas, "--cluster-yes"]);
         let out = run_cli(password, &args)?;

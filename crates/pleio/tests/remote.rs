@@ -604,3 +604,27 @@ fn tls_serves_the_same_rows_and_refuses_what_does_not_verify() {
     assert_eq!(e.kind(), ErrorKind::Setup, "{e}");
     assert!(e.to_string().contains(&ca), "{e}");
 }
+
+#[test]
+fn a_tls_cluster_serves_the_same_rows_from_masters_and_replicas() {
+    if let Some(why) = pleio_testkit::redis::unavailable() {
+        pleio_testkit::skip!("{why}");
+    }
+    let files = TlsFiles::generate().unwrap();
+    let cluster = Cluster::start_tls(3, 1, None, &files).unwrap();
+    let ca = files.ca.to_str().unwrap();
+    let base = format!("rediss://{}/t?tls_ca={ca}&timeout_ms=2000", cluster.seed());
+    let fx = Fixture::qwen(30_000, 13);
+    let table = fx.reader();
+    let p = table
+        .publish(&base, "t", &opts(16 << 10), |_, _| {})
+        .unwrap();
+    assert_eq!(p.uploaded, p.buckets);
+    let mut rng = Rng::new(31);
+    let rows = rows_of(&mut rng, table.rows(), 300);
+    // The slot map names every master and replica by its TLS port.
+    for replicas in ["fallback", "prefer"] {
+        let remote = Table::open(format!("{base}&replicas={replicas}")).unwrap();
+        assert_same(&table, &remote, &rows);
+    }
+}
