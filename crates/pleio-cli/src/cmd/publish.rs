@@ -46,6 +46,11 @@ pub struct Args {
     /// are uploaded again.
     #[arg(long)]
     verify: bool,
+    /// Buckets uploading at once (1 to 64; 1: one after another). More
+    /// overlap the round trips to a distant cluster and spread the work
+    /// over its nodes.
+    #[arg(long, default_value_t = pleio::remote::store::DEFAULT_IN_FLIGHT)]
+    in_flight: usize,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -54,6 +59,10 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     if a.bucket_bytes == 0 || a.bucket_bytes > 256 << 20 {
         anyhow::bail!("--bucket-bytes {}: give 1 to 268435456", a.bucket_bytes);
+    }
+    let most = pleio::remote::store::MAX_IN_FLIGHT;
+    if a.in_flight == 0 || a.in_flight > most {
+        anyhow::bail!("--in-flight {}: give 1 to {most}", a.in_flight);
     }
     let table = a.layer.open(&a.file, a.tensor.as_deref())?;
     let mut last = Instant::now();
@@ -75,6 +84,7 @@ pub fn run(a: Args) -> Result<()> {
             &PublishOptions {
                 bucket_bytes: a.bucket_bytes,
                 verify: a.verify,
+                in_flight: a.in_flight,
             },
             progress,
         )

@@ -47,6 +47,10 @@ const MAX_ROW_BYTES: u64 = 1 << 28;
 pub const MAX_BUCKET_BYTES: u64 = 512 << 20;
 /// The default bucket size (see docs/remote.md for the measurement).
 pub const DEFAULT_BUCKET_BYTES: u64 = 256 << 10;
+/// Buckets [`publish`] uploads at once by default.
+pub const DEFAULT_IN_FLIGHT: usize = 4;
+/// The most buckets [`publish`] uploads at once.
+pub const MAX_IN_FLIGHT: usize = 64;
 
 /// How the rows are stored, as the manifest says it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -552,6 +556,9 @@ pub struct PublishOptions {
     /// Read back every bucket an earlier run recorded as done and compare
     /// its fingerprint (without: its length only, `STRLEN`).
     pub verify: bool,
+    /// Buckets uploading at once (1 to 64; 1: one after another), so the
+    /// round trips of one node and the work of several overlap.
+    pub in_flight: usize,
 }
 
 impl Default for PublishOptions {
@@ -559,6 +566,7 @@ impl Default for PublishOptions {
         PublishOptions {
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             verify: false,
+            in_flight: DEFAULT_IN_FLIGHT,
         }
     }
 }
@@ -635,47 +643,113 @@ pub fn publish(
         }
     }
     let seed = m.seed();
-    let (mut uploaded, mut bytes, mut repaired) = (0u64, 0u64, 0u64);
-    let mut stored = Vec::new();
-    let mut bucket = Vec::new();
+    let mut repaired = 0u64;
     let total = m.buckets;
+    // Which buckets to upload: those not done, or done but not intact.
+    let mut todo = Vec::new();
     for b in 0..total {
-        let first = b * rows_per_bucket;
-        let n = rows_per_bucket.min(m.rows - first);
-        if let Some(f) = done[b as usize] {
-            let key = m.bucket_key(b);
-            let len = (n * rec) as usize;
-            let intact = if opts.verify {
-                match client.call(&key, &[b"GET".as_slice(), key.as_bytes()])? {
-                    Reply::Bulk(Some(v)) => v.len() == len && hash64(seed ^ b, &v) == f,
-                    _ => false,
-                }
-            } else {
-                client.call(&key, &[b"STRLEN".as_slice(), key.as_bytes()])?.int() == Some(len as i64)
-            };
-            if intact {
-                progress(b + 1, total);
-                continue;
+        let Some(f) = done[b as usize] else {
+            todo.push(b);
+            continue;
+        };
+        let key = m.bucket_key(b);
+        let len = (m.rows_per_bucket.min(m.rows - b * rows_per_bucket) * rec) as usize;
+        let intact = if opts.verify {
+            match client.call(&key, &[b"GET".as_slice(), key.as_bytes()])? {
+                Reply::Bulk(Some(v)) => v.len() == len && hash64(seed ^ b, &v) == f,
+                _ => false,
             }
+        } else {
+            client.call(&key, &[b"STRLEN".as_slice(), key.as_bytes()])?.int() == Some(len as i64)
+        };
+        if intact {
+            progress(b + 1 - todo.len() as u64, total);
+        } else {
             repaired += 1;
+            todo.push(b);
         }
-        stored.resize((n * l.row_bytes()) as usize, 0);
-        read_rows(first, n, &mut stored)?;
-        bucket.clear();
-        for (k, row) in stored.chunks_exact(l.row_bytes() as usize).enumerate() {
-            bucket.extend_from_slice(row);
-            bucket.extend_from_slice(&row_check(seed, first + k as u64, row));
-        }
+    }
+    let kept = total - todo.len() as u64;
+    // Read each bucket here, in order; `in_flight` workers upload them
+    // (SET, then HSET into the done hash), so the buckets of several
+    // nodes and their round trips overlap.
+    let (mut uploaded, mut bytes) = (0u64, 0u64);
+    let workers = opts.in_flight.clamp(1, MAX_IN_FLIGHT);
+    let upload = |b: u64, bucket: Vec<u8>, f: u64| -> Result<u64, RemoteError> {
         let key = m.bucket_key(b);
         expect_ok(&key, client.call(&key, &[b"SET", key.as_bytes(), &bucket])?)?;
-        let f = hash64(seed ^ b, &bucket);
-        let field = b.to_string();
-        let fhex = format!("{f:016x}");
+        let (field, fhex) = (b.to_string(), format!("{f:016x}"));
         client.call(&dkey, &[b"HSET", dkey.as_bytes(), field.as_bytes(), fhex.as_bytes()])?;
-        done[b as usize] = Some(f);
-        uploaded += 1;
-        bytes += bucket.len() as u64;
-        progress(b + 1, total);
+        Ok(bucket.len() as u64)
+    };
+    let mut failed: Option<crate::Error> = None;
+    let (work_tx, work_rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>, u64)>(workers);
+    let work_rx = std::sync::Mutex::new(work_rx);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    // After a failure the workers still take (and drop) what was queued,
+    // so the reader never waits on a full queue nobody empties.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let (work_rx, done_tx, upload, stop) = (&work_rx, done_tx.clone(), &upload, &stop);
+            scope.spawn(move || loop {
+                let next = work_rx.lock().ok().and_then(|rx| rx.recv().ok());
+                let Some((b, bucket, f)) = next else { break };
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    continue;
+                }
+                let r = upload(b, bucket, f).map(|n| (b, f, n));
+                if r.is_err() {
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                let _ = done_tx.send(r);
+            });
+        }
+        drop(done_tx);
+        let mut finished = |r: Result<(u64, u64, u64), RemoteError>, failed: &mut Option<crate::Error>| match r {
+            Ok((b, f, n)) => {
+                done[b as usize] = Some(f);
+                uploaded += 1;
+                bytes += n;
+                progress(kept + uploaded, total);
+            }
+            Err(e) => {
+                failed.get_or_insert(e.into());
+            }
+        };
+        let mut stored = Vec::new();
+        for &b in &todo {
+            while let Ok(r) = done_rx.try_recv() {
+                finished(r, &mut failed);
+            }
+            if failed.is_some() {
+                break;
+            }
+            let first = b * rows_per_bucket;
+            let n = rows_per_bucket.min(m.rows - first);
+            stored.resize((n * l.row_bytes()) as usize, 0);
+            if let Err(e) = read_rows(first, n, &mut stored) {
+                failed = Some(e);
+                break;
+            }
+            let mut bucket = Vec::with_capacity((n * rec) as usize);
+            for (k, row) in stored.chunks_exact(l.row_bytes() as usize).enumerate() {
+                bucket.extend_from_slice(row);
+                bucket.extend_from_slice(&row_check(seed, first + k as u64, row));
+            }
+            let f = hash64(seed ^ b, &bucket);
+            if work_tx.send((b, bucket, f)).is_err() {
+                break;
+            }
+        }
+        // The workers finish what they took, then see the channel closed.
+        drop(work_tx);
+        for r in done_rx {
+            finished(r, &mut failed);
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
     }
     let mut all = Vec::with_capacity(done.len() * 8);
     for f in &done {
