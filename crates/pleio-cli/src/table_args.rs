@@ -28,3 +28,17 @@ impl LayerArg {
         self.options(tensor).open(path)
     }
 }
+
+/// Refuses a table in Redis (`redis://`, `rediss://`) for `command`, which
+/// reads table files: the error says which commands and doors read one.
+pub fn files_only(path: &Path, command: &str) -> anyhow::Result<()> {
+    let text = path.to_string_lossy();
+    if pleio::remote::is_remote(&text) {
+        anyhow::bail!(
+            "{}: pleio {command} reads table files; a table in Redis is read by pleio gather, \
+             pleio rows and pleio inspect, and by the library's doors (docs/remote.md)",
+            pleio::remote::url::redact(&text)
+        );
+    }
+    Ok(())
+}

@@ -125,6 +125,7 @@ fn show(a: &Args, text: &str) {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    crate::table_args::files_only(&a.file, "bench")?;
     check_outputs(&a)?;
     if let Some(cap) = a.mem_cap {
         return run_capped(&a, cap);

@@ -46,6 +46,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    crate::table_args::files_only(&a.file, "cache-sim")?;
     let model = Arc::new(Model::open(&a.file)?);
     let table = Layout::of_ple(&model).in_file(&a.file)?;
     let replayer = Replayer::new(model, table).in_file(&a.file)?;

@@ -42,6 +42,10 @@ pub struct Args {
 const SHORT_ARRAY: usize = 16;
 
 pub fn run(a: Args) -> Result<()> {
+    let text = a.file.to_string_lossy().into_owned();
+    if pleio::remote::is_remote(&text) {
+        return inspect_remote(&text, a.json);
+    }
     if pleio::checkpoint::is_checkpoint_path(&a.file) {
         if a.tensor.is_some() {
             anyhow::bail!(
@@ -70,6 +74,40 @@ pub fn run(a: Args) -> Result<()> {
     } else {
         print_text(&model, &report, a.full);
     }
+    Ok(())
+}
+
+/// A table in Redis: its manifest (what `pleio publish` recorded).
+fn inspect_remote(url: &str, json_out: bool) -> Result<()> {
+    let shown = pleio::remote::url::redact(url);
+    let t = pleio::remote::RemoteTable::open(url).with_context(|| shown.clone())?;
+    let m = t.manifest();
+    if json_out {
+        let j = json!({ "address": shown, "manifest": m });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+        return Ok(());
+    }
+    println!("{shown}: a table published to Redis (pleio publish)");
+    println!("  id           {}", m.id);
+    println!("  source       {}", m.source);
+    println!("  tensor       {}", m.name);
+    println!(
+        "  rows         {} x {} elements, {} bytes each",
+        m.rows, m.row_elems, m.row_bytes
+    );
+    println!("  row format   {}", serde_json::to_string(&m.row_format)?);
+    println!(
+        "  buckets      {} of {} rows ({} per bucket, each row + a 4-byte check)",
+        m.buckets,
+        m.rows_per_bucket,
+        human_bytes(m.rows_per_bucket * (m.row_bytes + 4))
+    );
+    let layer = m.layer.map_or("-".to_string(), |l| l.to_string());
+    println!(
+        "  PLE layers   {:?} (this table: layer {layer})",
+        m.ple_layers
+    );
+    println!("  fingerprint  {}", m.fingerprint);
     Ok(())
 }
 

@@ -57,6 +57,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    crate::table_args::files_only(&a.file, "publish")?;
     if a.bucket_bytes == 0 || a.bucket_bytes > 256 << 20 {
         anyhow::bail!("--bucket-bytes {}: give 1 to 268435456", a.bucket_bytes);
     }

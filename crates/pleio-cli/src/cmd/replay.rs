@@ -100,6 +100,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    crate::table_args::files_only(&a.file, "replay")?;
     if let Some(out) = &a.plot {
         outfile::check_chart(out)?;
     }

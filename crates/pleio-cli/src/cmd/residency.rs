@@ -49,6 +49,7 @@ pub struct Args {
 const SHADES: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
 pub fn run(a: Args) -> Result<()> {
+    crate::table_args::files_only(&a.file, "residency")?;
     if a.buckets == 0 {
         bail!("--buckets must be at least 1");
     }

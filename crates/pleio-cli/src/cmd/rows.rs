@@ -227,7 +227,8 @@ pub struct Args {
 /// safetensors checkpoint's `config.json` (checked against its buffers),
 /// for the PLE table of `layer` (default: the lowest PLE layer).
 pub fn mapper_of(path: &std::path::Path, layer: &crate::table_args::LayerArg) -> Result<ModelRows> {
-    if pleio::checkpoint::is_checkpoint_path(path) || layer.layer.is_some() {
+    let remote = pleio::remote::is_remote(&path.to_string_lossy());
+    if remote || pleio::checkpoint::is_checkpoint_path(path) || layer.layer.is_some() {
         return Ok(layer.open(path, None)?.row_ids()?);
     }
     let model = Model::open(path)?;

@@ -89,6 +89,7 @@ fn row_file(p: &PathBuf) -> Result<Vec<u64>> {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    crate::table_args::files_only(&a.file, "warm")?;
     let mut table = a
         .layer
         .open(&a.file, None)

@@ -1,0 +1,119 @@
+//! The CLI and a table in Redis (a throwaway redis-server on loopback,
+//! stopped by pid): `publish` (progress, `--json`, `--in-flight`), then
+//! `gather`, `rows` and `inspect` on the address give what they give on
+//! the file; the commands that read files refuse an address by name.
+
+mod common;
+
+use common::{disk_dir, ok, p, pleio};
+use pleio_testkit::redis::Server;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn fails(args: &[&str]) -> String {
+    let out = pleio(args);
+    assert_eq!(out.status.code(), Some(2), "pleio {args:?} should fail");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// `pleio rows TABLE --tokens -` with `tokens` on standard input.
+fn rows_of(table: &str, tokens: &str) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pleio"))
+        .args(["rows", table, "--tokens", "-", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(tokens.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "pleio rows {table}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn publish_then_gather_rows_and_inspect_the_address() {
+    if let Some(why) = pleio_testkit::redis::unavailable() {
+        pleio_testkit::skip!("{why}");
+    }
+    let server = Server::standalone(None).unwrap();
+    let dir = disk_dir();
+    let file = dir.path().join("q.gguf");
+    ok(&["synth", "--rows", "50000", "--seed", "5", "-o", p(&file)]);
+    let url = format!("redis://{}/q", server.addr());
+
+    let j: serde_json::Value = serde_json::from_str(&ok(&[
+        "publish",
+        p(&file),
+        &url,
+        "--bucket-bytes",
+        "16384",
+        "--in-flight",
+        "3",
+        "--json",
+    ]))
+    .unwrap();
+    let pub_ = &j["published"];
+    assert!(pub_["buckets"].as_u64().unwrap() > 200, "{j}");
+    assert_eq!(pub_["uploaded"], pub_["buckets"], "{j}");
+
+    // gather: the same bytes from the address as from the file.
+    let rows = "0,1,49999,17,17,31337";
+    let (a, b) = (dir.path().join("a.f32"), dir.path().join("b.f32"));
+    ok(&["gather", p(&file), "--rows", rows, "-o", p(&a)]);
+    ok(&["gather", &url, "--rows", rows, "-o", p(&b)]);
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+
+    // rows: the same ids (from the manifest's row-id parameters).
+    let tokens = "1 2 3 248044 5 6";
+    assert_eq!(rows_of(p(&file), tokens), rows_of(&url, tokens));
+
+    // inspect: the manifest.
+    let m: serde_json::Value = serde_json::from_str(&ok(&["inspect", &url, "--json"])).unwrap();
+    assert_eq!(m["manifest"]["rows"], 50000, "{m}");
+    assert_eq!(m["manifest"]["id"], pub_["id"], "{m}");
+    assert!(ok(&["inspect", &url]).contains("a table published to Redis"));
+
+    // Publishing again uploads nothing.
+    let again: serde_json::Value = serde_json::from_str(&ok(&[
+        "publish",
+        p(&file),
+        &url,
+        "--bucket-bytes",
+        "16384",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(again["published"]["uploaded"], 0, "{again}");
+
+    // Refused, by name: file commands on an address, a bad --in-flight,
+    // an unpublished name, a node that does not answer.
+    for extra in [
+        &["bench"][..],
+        &["residency"],
+        &["warm", "--budget", "1M", "--from-text", "-"],
+        &["replay", "--corpus"],
+        &["cache-sim", "--corpus"],
+    ] {
+        let e = fails(&[extra, &[url.as_str()]].concat());
+        assert!(e.contains("reads table files"), "{extra:?}: {e}");
+    }
+    let e = fails(&["publish", p(&file), &url, "--in-flight", "0"]);
+    assert!(e.contains("--in-flight 0"), "{e}");
+    let e = fails(&["inspect", &format!("redis://{}/nope", server.addr())]);
+    assert!(e.contains("pleio publish"), "{e}");
+    let e = fails(&[
+        "gather",
+        "redis://127.0.0.1:1/q?connect_timeout_ms=200&retries=0",
+        "--rows",
+        "1",
+        "-o",
+        p(&dir.path().join("c.f32")),
+    ]);
+    assert!(e.contains("127.0.0.1:1"), "{e}");
+    assert!(!dir.path().join("c.f32").exists(), "no partial output");
+}
