@@ -2,7 +2,8 @@
 uploads a synthetic table to a redis-server on loopback (started here,
 stopped by pid), and `pleio.open("redis://...")` gives the file's bytes
 for every dtype; a corrupt row and a wrong password raise pleio.ReadError
-with kind "remote"."""
+with kind "remote". Over TLS (`rediss://`, certificates made here with
+the openssl command), the same bytes; an untrusted server is refused."""
 
 import shutil
 import socket
@@ -101,3 +102,55 @@ def test_a_local_copy_serves_when_the_server_dies(redis, q, ids):
     fresh = np.concatenate([ids, [r for r in range(q.rows) if r not in seen][:3]])  # 3 rows not cached
     assert np.array_equal(t.gather(fresh), pleio.open(q.path).gather(fresh))
     assert t.stats()["tier_fallbacks"] == 1
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def tls_redis(tmp_path):
+    exe = shutil.which("redis-server")
+    if exe is None or shutil.which("openssl") is None:
+        pytest.skip("no redis-server or openssl in PATH (.ci/run installs redis-server)")
+    d = tmp_path
+    for name, subj in [("ca", "/CN=pleio test CA"), ("other", "/CN=pleio other CA")]:
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+                "-out", f"{name}.pem", "-days", "2", "-subj", subj, cwd=d)
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr",
+            "-subj", "/CN=127.0.0.1", cwd=d)
+    (d / "ext").write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    openssl("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "ext", cwd=d)
+    port = free_port()
+    proc = subprocess.Popen(
+        [exe, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(d), "--tls-cert-file", str(d / "srv.pem"),
+         "--tls-key-file", str(d / "srv.key"), "--tls-ca-cert-file", str(d / "ca.pem"),
+         "--tls-auth-clients", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"127.0.0.1:{port}", d
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_tls_reads_as_the_file_and_refuses_an_untrusted_server(tls_redis, q, ids):
+    addr, d = tls_redis
+    url = f"rediss://{addr}/q?tls_ca={d / 'ca.pem'}"
+    cli("publish", q.path, url, "--bucket-bytes", "8192")
+    local, remote = pleio.open(q.path), pleio.open(url)
+    for dtype in ["f32", "raw"]:
+        a, b = local.gather(ids, dtype=dtype), remote.gather(ids, dtype=dtype)
+        assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), dtype
+    with pytest.raises(pleio.ReadError) as e:
+        pleio.open(f"rediss://{addr}/q?tls_ca={d / 'other.pem'}")
+    assert e.value.kind == "remote" and addr in str(e.value) and "certificate" in str(e.value)
