@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The vLLM plugin's CPU proof (run by .ci/run): makes the vLLM venv outside
-# the clone (${PLEIO_CACHE_DIR:-~/.cache/pleio}/vllm-venv: vllm from the
+# the clone (${PLEIO_CACHE_DIR:-~/.cache/pleio}/vllm-venv for the default
+# vllm 0.33.0, vllm-$PLEIO_VLLM_VERSION-venv for another: vllm from the
 # package registry, which brings PyPI torch and the transformers it pins),
 # installs the Python package (crates/pleio-py) and the plugin
 # (integrations/vllm) into it the way a user does, and runs check.py: vLLM's
 # own engine builds and loads tiny qwen4exp models on CPU, stock and with
 # the plugin, and their PLE modules must compute the same bits.
 #
-#   integrations/vllm/check.sh [--rss] [--json OUT]
+#   [PLEIO_VLLM_VERSION=0.33.0] integrations/vllm/check.sh [--rss] [--json OUT]
 #
 # --rss also measures peak RSS of the engine against stock on a model whose
 # table is over 1 GiB. Says SKIPPED (exit 0) with the reason when vLLM
@@ -15,8 +16,9 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CACHE=${PLEIO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pleio}
-VENV=$CACHE/vllm-venv
-VLLM=${PLEIO_VLLM_VERSION:-0.33.0}
+VLLM_DEFAULT=0.33.0
+VLLM=${PLEIO_VLLM_VERSION:-$VLLM_DEFAULT}
+if [ "$VLLM" = "$VLLM_DEFAULT" ]; then VENV=$CACHE/vllm-venv; else VENV=$CACHE/vllm-$VLLM-venv; fi
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 mkdir -p "$CACHE"
 stamp="$VENV/.pleio-vllm-$VLLM"
