@@ -35,7 +35,11 @@ fi
 PY=$VENV/bin/python
 export CARGO_TARGET_DIR=${PLEIO_PY_TARGET_DIR:-$CACHE/target-py}
 echo "vLLM check: pip install crates/pleio-py and integrations/vllm into $VENV"
-"$PY" -m pip install --quiet --force-reinstall --no-deps "$ROOT/crates/pleio-py"
+# maturin moves the built library out of the shared target directory: two
+# builds at once (two versions checked in parallel) race on it, so one waits.
+mkdir -p "$CARGO_TARGET_DIR"
+flock "$CARGO_TARGET_DIR/.pleio-py-build.lock" \
+    "$PY" -m pip install --quiet --force-reinstall --no-deps "$ROOT/crates/pleio-py"
 "$PY" -m pip install --quiet --force-reinstall --no-deps "$ROOT/integrations/vllm"
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 VLLM_HOST_IP=127.0.0.1 \
     HF_HUB_OFFLINE=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=1 TOKENIZERS_PARALLELISM=false \
