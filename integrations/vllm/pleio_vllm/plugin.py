@@ -95,7 +95,8 @@ def _vllm():
 def _method_kind(method, common) -> str:
     if isinstance(method, common.Qwen4ExpPLEFp8EmbeddingMethod):
         return "fp8"
-    if isinstance(method, common.Qwen4ExpPLENvFp4EmbeddingMethod):
+    nvfp4 = getattr(common, "Qwen4ExpPLENvFp4EmbeddingMethod", None)  # vLLM 0.33 on; 0.31 and 0.32 have no NVFP4 PLE
+    if nvfp4 is not None and isinstance(method, nvfp4):
         return "nvfp4"
     if isinstance(method, common.Qwen4ExpPLEUnquantizedEmbeddingMethod):
         return "unquantized"
