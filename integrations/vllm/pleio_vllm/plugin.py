@@ -107,6 +107,13 @@ def _attach(module, s: Settings, dense_id: int, prefix: str, common) -> None:
     """Opens the table of PLE layer ``dense_id`` and checks it against the
     module; raises :class:`ConfigError` naming both on any mismatch."""
     emb = module.ngram_embedding
+    if not isinstance(emb, (common.Qwen4ExpPLEDeviceEmbedding, common.Qwen4ExpPLEPinnedHostEmbedding)):
+        # vLLM 0.34's Qwen4ExpPLEDiskOffloadEmbedding (engram_config disk_offload) reads
+        # the checkpoint files itself; a class pleio does not hook is refused, not served.
+        raise ConfigError(
+            f"pleio: the model's {prefix} is a {type(emb).__name__}, which pleio does not serve; "
+            "use engram_config cpu_offload (the default on GPU machines) or the device table"
+        )
     table = open_layer(s, dense_id, prefix)
     what = describe(s, table)
     rows, dim = int(emb.org_vocab_size), int(emb.embedding_dim)
