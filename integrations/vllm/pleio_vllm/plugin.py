@@ -161,7 +161,8 @@ def _reduce(module, out: torch.Tensor) -> torch.Tensor:
     """The stock tensor-parallel sum of per-rank rows (FP8 as int8 bytes)."""
     from vllm.distributed import tensor_model_parallel_all_reduce
 
-    if module.tp_size == 1 or not module.reduce_results:
+    # vLLM 0.31's VocabParallelEmbedding has no reduce_results: it always reduces.
+    if module.tp_size == 1 or not getattr(module, "reduce_results", True):
         return out
     dtype = out.dtype
     if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
