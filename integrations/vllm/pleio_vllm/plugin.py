@@ -1,4 +1,4 @@
-"""The hooks of pleio-vllm into vLLM's qwen4exp PLE table (vLLM 0.33).
+"""The hooks of pleio-vllm into vLLM's qwen4exp PLE table (vLLM 0.31-0.33).
 
 What is patched (each only acts on a table pleio serves; with no
 configuration every hook calls the stock code unchanged):
@@ -42,7 +42,7 @@ __all__ = ["ConfigError", "Settings", "parse_budget", "patch", "settings_from", 
 
 _SHARD = re.compile(r"(^|\.)ngram_embedding\.shard_\d+\.(weight|weight_scale)$")
 _PATCHED = False
-TESTED = "0.33."
+TESTED = ("0.31.", "0.32.", "0.33.")  # the versions check.sh has run on
 _BUILDING = threading.local()
 _SERVING = {"active": False, "skipped": 0}
 
@@ -205,8 +205,8 @@ def patch() -> None:
 
     if not str(getattr(vllm, "__version__", "")).startswith(TESTED):
         init_logger(__name__).warning(
-            "pleio-vllm: hooks written for vLLM %s, this is %s; a table is checked at engine start",
-            TESTED, getattr(vllm, "__version__", "?"),
+            "pleio-vllm: hooks checked on vLLM %s, this is %s; a table is checked at engine start",
+            ", ".join(v + "x" for v in TESTED), getattr(vllm, "__version__", "?"),
         )
     ngram = nvidia.Qwen4ExpNGramEmbedding
     device_cls = common.Qwen4ExpPLEDeviceEmbedding
