@@ -94,9 +94,14 @@ def write_model(tf, path: str, seed: int, base: int = 4001, parts: int = 4, hash
     ``hash_seed`` the config's n-gram hash seed, default 1234)."""
     extra = {} if hash_seed is None else {"seed": hash_seed}
     # All linear attention: the engines' indexed attention needs a GPU.
-    cfg = tf.tiny_config(ple_layer_ids=ple_layer_ids, parts=parts, base=base, layers=3, **extra)
-    cfg.layer_types = ["linear_attention"] * cfg.num_hidden_layers
+    # (Given to the constructor: transformers 5.17, vLLM 0.31's, refuses a
+    # config with "indexed_attention", its name there being "qwen_sparse_attention".)
+    cfg = tf.tiny_config(ple_layer_ids=ple_layer_ids, parts=parts, base=base, layers=3,
+                         layer_types=["linear_attention"] * 3, **extra)
     cfg.output_gate_type = "silu"  # vLLM reads it; transformers' default (None) means hidden_act, silu
+    # vLLM 0.31 checks the indexer's geometry (budget / compress ratio 512 or
+    # 2048) even with no indexed layer; nothing else reads it here.
+    cfg.indexer_budget = 512 * cfg.indexer_compress_ratio
     tf.write_model(path, cfg, seed=seed)
 
 

@@ -52,7 +52,7 @@ def record(name: str, ok: bool, detail: str = "") -> None:
     print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
 
 
-def tiny_config(ple_layer_ids=(1,), parts=4, base=4001, layers=4, **extra) -> Qwen4ExpTextConfig:
+def tiny_config(ple_layer_ids=(1,), parts=4, base=4001, layers=4, layer_types=None, **extra) -> Qwen4ExpTextConfig:
     return Qwen4ExpTextConfig(
         vocab_size=1024,
         hidden_size=64,
@@ -76,7 +76,7 @@ def tiny_config(ple_layer_ids=(1,), parts=4, base=4001, layers=4, **extra) -> Qw
         split_ngram_parts=parts,
         # Linear attention, then one indexed-attention layer (a cache of
         # linear-attention layers only cannot generate).
-        layer_types=["linear_attention"] * (layers - 1) + ["indexed_attention"],
+        layer_types=layer_types or ["linear_attention"] * (layers - 1) + ["indexed_attention"],
         indexer_n_heads=2,
         indexer_kv_heads=1,
         indexer_head_dim=32,

@@ -90,7 +90,9 @@ def probe(model):
             full = emb.weight.data
             rows = int(emb.org_vocab_size)
             served = getattr(emb, "_pleio", None) is not None
-            saved = (emb.shard_indices, emb.tp_size, emb.reduce_results, getattr(emb, "use_fused_embedding", False))
+            # (vLLM 0.31 has no reduce_results: it always reduces, over this one rank.)
+            saved = (emb.shard_indices, emb.tp_size, getattr(emb, "reduce_results", True),
+                     getattr(emb, "use_fused_embedding", False))
             for lo_s, hi_s in RANGES:
                 lo, hi = _range(lo_s, rows), _range(hi_s, rows)
                 key = f"range {lo}-{hi}"
@@ -142,8 +144,14 @@ def build(model: str, pleio_cfg: dict | None):
                 method.process_weights_after_loading(module)
 
     base_loader.process_weights_after_loading = ple_post_load
+    import vllm
+
     kw = dict(model=model, skip_tokenizer_init=True, dtype="bfloat16", enforce_eager=True,
-              engram_config={"cpu_offload": False}, max_model_len=256, max_num_batched_tokens=256, max_num_seqs=2)
+              max_model_len=256, max_num_batched_tokens=256, max_num_seqs=2)
+    # vLLM 0.31 refuses any engram_config off CUDA and ROCm; without one it
+    # builds the device table, the class cpu_offload=False picks later.
+    if not vllm.__version__.startswith("0.31."):
+        kw["engram_config"] = {"cpu_offload": False}
     if pleio_cfg is not None:
         kw["additional_config"] = {"pleio": pleio_cfg}
     cfg = EngineArgs(**kw).create_engine_config()

@@ -1,4 +1,4 @@
-"""The hooks of pleio-vllm into vLLM's qwen4exp PLE table (vLLM 0.33).
+"""The hooks of pleio-vllm into vLLM's qwen4exp PLE table (vLLM 0.31-0.33).
 
 What is patched (each only acts on a table pleio serves; with no
 configuration every hook calls the stock code unchanged):
@@ -42,7 +42,7 @@ __all__ = ["ConfigError", "Settings", "parse_budget", "patch", "settings_from", 
 
 _SHARD = re.compile(r"(^|\.)ngram_embedding\.shard_\d+\.(weight|weight_scale)$")
 _PATCHED = False
-TESTED = "0.33."
+TESTED = ("0.31.", "0.32.", "0.33.")  # the versions check.sh has run on
 _BUILDING = threading.local()
 _SERVING = {"active": False, "skipped": 0}
 
@@ -95,7 +95,8 @@ def _vllm():
 def _method_kind(method, common) -> str:
     if isinstance(method, common.Qwen4ExpPLEFp8EmbeddingMethod):
         return "fp8"
-    if isinstance(method, common.Qwen4ExpPLENvFp4EmbeddingMethod):
+    nvfp4 = getattr(common, "Qwen4ExpPLENvFp4EmbeddingMethod", None)  # vLLM 0.33 on; 0.31 and 0.32 have no NVFP4 PLE
+    if nvfp4 is not None and isinstance(method, nvfp4):
         return "nvfp4"
     if isinstance(method, common.Qwen4ExpPLEUnquantizedEmbeddingMethod):
         return "unquantized"
@@ -106,6 +107,13 @@ def _attach(module, s: Settings, dense_id: int, prefix: str, common) -> None:
     """Opens the table of PLE layer ``dense_id`` and checks it against the
     module; raises :class:`ConfigError` naming both on any mismatch."""
     emb = module.ngram_embedding
+    if not isinstance(emb, (common.Qwen4ExpPLEDeviceEmbedding, common.Qwen4ExpPLEPinnedHostEmbedding)):
+        # vLLM 0.34's Qwen4ExpPLEDiskOffloadEmbedding (engram_config disk_offload) reads
+        # the checkpoint files itself; a class pleio does not hook is refused, not served.
+        raise ConfigError(
+            f"pleio: the model's {prefix} is a {type(emb).__name__}, which pleio does not serve; "
+            "use engram_config cpu_offload (the default on GPU machines) or the device table"
+        )
     table = open_layer(s, dense_id, prefix)
     what = describe(s, table)
     rows, dim = int(emb.org_vocab_size), int(emb.embedding_dim)
@@ -153,7 +161,8 @@ def _reduce(module, out: torch.Tensor) -> torch.Tensor:
     """The stock tensor-parallel sum of per-rank rows (FP8 as int8 bytes)."""
     from vllm.distributed import tensor_model_parallel_all_reduce
 
-    if module.tp_size == 1 or not module.reduce_results:
+    # vLLM 0.31's VocabParallelEmbedding has no reduce_results: it always reduces.
+    if module.tp_size == 1 or not getattr(module, "reduce_results", True):
         return out
     dtype = out.dtype
     if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
@@ -196,8 +205,8 @@ def patch() -> None:
 
     if not str(getattr(vllm, "__version__", "")).startswith(TESTED):
         init_logger(__name__).warning(
-            "pleio-vllm: hooks written for vLLM %s, this is %s; a table is checked at engine start",
-            TESTED, getattr(vllm, "__version__", "?"),
+            "pleio-vllm: hooks checked on vLLM %s, this is %s; a table is checked at engine start",
+            ", ".join(v + "x" for v in TESTED), getattr(vllm, "__version__", "?"),
         )
     ngram = nvidia.Qwen4ExpNGramEmbedding
     device_cls = common.Qwen4ExpPLEDeviceEmbedding
