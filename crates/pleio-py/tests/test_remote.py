@@ -5,6 +5,7 @@ for every dtype; a corrupt row and a wrong password raise pleio.ReadError
 with kind "remote". Over TLS (`rediss://`, certificates made here with
 the openssl command), the same bytes; an untrusted server is refused."""
 
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -32,15 +33,14 @@ class Redis(str):
         return r
 
 
-@pytest.fixture
-def redis(tmp_path):
+@contextlib.contextmanager
+def redis_server(port, tmp_path, *args):
+    """A redis-server on 127.0.0.1 (`args` say how it listens), waited
+    for until it accepts, killed by pid after."""
     exe = shutil.which("redis-server")
-    if exe is None:
-        pytest.skip("no redis-server in PATH (.ci/run installs Debian's redis-server)")
-    port = free_port()
     proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path), "--requirepass", "pw"],
+        [exe, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path),
+         *args],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
@@ -50,10 +50,19 @@ def redis(tmp_path):
                 break
             except OSError:
                 time.sleep(0.05)
-        yield Redis(f"127.0.0.1:{port}", proc)
+        yield proc
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture
+def redis(tmp_path):
+    if shutil.which("redis-server") is None:
+        pytest.skip("no redis-server in PATH (.ci/run installs Debian's redis-server)")
+    port = free_port()
+    with redis_server(port, tmp_path, "--port", str(port), "--requirepass", "pw") as proc:
+        yield Redis(f"127.0.0.1:{port}", proc)
 
 
 def test_a_published_table_reads_as_the_file(redis, q, ids):
@@ -110,8 +119,7 @@ def openssl(*args, cwd):
 
 @pytest.fixture
 def tls_redis(tmp_path):
-    exe = shutil.which("redis-server")
-    if exe is None or shutil.which("openssl") is None:
+    if shutil.which("redis-server") is None or shutil.which("openssl") is None:
         pytest.skip("no redis-server or openssl in PATH (.ci/run installs redis-server)")
     d = tmp_path
     for name, subj in [("ca", "/CN=pleio test CA"), ("other", "/CN=pleio other CA")]:
@@ -123,24 +131,10 @@ def tls_redis(tmp_path):
     openssl("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
             "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "ext", cwd=d)
     port = free_port()
-    proc = subprocess.Popen(
-        [exe, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(d), "--tls-cert-file", str(d / "srv.pem"),
-         "--tls-key-file", str(d / "srv.key"), "--tls-ca-cert-file", str(d / "ca.pem"),
-         "--tls-auth-clients", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+    with redis_server(port, d, "--port", "0", "--tls-port", str(port),
+                      "--tls-cert-file", str(d / "srv.pem"), "--tls-key-file", str(d / "srv.key"),
+                      "--tls-ca-cert-file", str(d / "ca.pem"), "--tls-auth-clients", "no"):
         yield f"127.0.0.1:{port}", d
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_tls_reads_as_the_file_and_refuses_an_untrusted_server(tls_redis, q, ids):
