@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use pleio::checkpoint::{CheckpointError, CheckpointTable};
+use pleio::quant::encoding::Encoding;
 use pleio::safetensors::{Dtype, SafetensorsError as E, SafetensorsFile, SafetensorsWriter};
 use proptest::prelude::*;
 
@@ -378,6 +379,51 @@ fn checkpoint_errors() {
         matches!(&e, CheckpointError::ScaleMismatch { tensor, .. } if tensor.contains("shard_1.weight_scale_2")),
         "{e}"
     );
+
+    // vLLM's NVFP4 layout: one table-level `weight_scale_2`, no per-shard
+    // ones; it is the global scale. Without any: named; not F32: refused.
+    let blocks = |i: usize| {
+        let mut v = nv(i, 0.0);
+        v.pop();
+        v
+    };
+    let mut f = blocks(0);
+    f.extend(blocks(1));
+    write_ckpt(&d("nvfp4-none"), &[f.clone()], true);
+    let e = open_err(&d("nvfp4-none"));
+    assert!(
+        matches!(&e, CheckpointError::MissingGlobalScale { .. })
+            && e.to_string().contains("weight_scale_2"),
+        "{e}"
+    );
+    let table_scale = |dtype: Dtype, bytes: Vec<u8>| {
+        let mut f = f.clone();
+        f.push((format!("{P}weight_scale_2"), dtype, vec![1], bytes));
+        f
+    };
+    write_ckpt(
+        &d("nvfp4-table"),
+        &[table_scale(Dtype::F32, 0.375f32.to_le_bytes().to_vec())],
+        true,
+    );
+    let t = CheckpointTable::open(&d("nvfp4-table")).unwrap();
+    assert_eq!(
+        (t.encoding, t.rows, t.row_elems),
+        (
+            Encoding::Nvfp4 {
+                global_scale: 0.375
+            },
+            8,
+            16
+        )
+    );
+    write_ckpt(
+        &d("nvfp4-bf16"),
+        &[table_scale(Dtype::BF16, vec![0xc0, 0x3e])],
+        true,
+    );
+    let e = open_err(&d("nvfp4-bf16"));
+    assert!(e.to_string().contains("weight_scale_2"), "{e}");
 
     // Two PLE layers are two tables, each opened by its layer; two tables
     // of one layer (another prefix spelling the same `layers.1.`, or HF and

@@ -669,10 +669,29 @@ fn qwen_encoding(
             }
         }
         Dtype::U8 => {
-            // NVFP4: block scales per shard, one global scale.
+            // NVFP4: block scales per shard, one global scale, stored once
+            // for the table (vLLM's layout) or in every shard (all equal).
             let row_elems = width
                 .checked_mul(2)
                 .ok_or_else(|| bad(first, "a sane width"))?;
+            if row_elems % NVFP4_BLOCK as u64 != 0 {
+                return Err(bad(first, "NVFP4 rows of whole 16-element blocks"));
+            }
+            if cat.get(&field(0, "weight_scale_2"))?.is_none() {
+                let table_scale = format!("{prefix}{NGRAM}weight_scale_2");
+                return match cat.get(&table_scale)? {
+                    Some((f, t)) if t.dtype == Dtype::F32 => Ok((
+                        Encoding::Nvfp4 {
+                            global_scale: scalar_value(cat, f, &t)?,
+                        },
+                        row_elems,
+                    )),
+                    Some((_, t)) => Err(bad(&t, "an F32 scalar (NVFP4 global scale)")),
+                    None => Err(CheckpointError::MissingGlobalScale {
+                        prefix: prefix.to_owned(),
+                    }),
+                };
+            }
             let mut global: Option<(String, f32)> = None;
             for i in 0..shards.len() {
                 let (f, t) = cat.need(&field(i, "weight_scale_2"), i)?;
@@ -694,9 +713,6 @@ fn qwen_encoding(
                 }
             }
             let (_, g) = global.expect("at least one shard");
-            if row_elems % NVFP4_BLOCK as u64 != 0 {
-                return Err(bad(first, "NVFP4 rows of whole 16-element blocks"));
-            }
             Ok((Encoding::Nvfp4 { global_scale: g }, row_elems))
         }
         Dtype::U32 => {

@@ -268,6 +268,12 @@ pub enum CheckpointError {
         /// The table prefix.
         prefix: String,
     },
+    /// NVFP4 weights without a global scale.
+    #[error("NVFP4 table `{prefix}` has no global scale: neither `{prefix}ngram_embedding.weight_scale_2` nor per-shard `weight_scale_2` tensors")]
+    MissingGlobalScale {
+        /// The table prefix.
+        prefix: String,
+    },
     /// Per-shard scalars (NVFP4 `weight_scale_2`, or FP8 per-shard scales)
     /// that differ.
     #[error("tensor `{tensor}` = {value:e} differs from `{first}` = {first_value:e}: one global scale is required")]
