@@ -7,12 +7,15 @@ Writes small synthetic checkpoints with `pleio synth --format safetensors`:
   as a random F32 near 2e-4 that bf16 cannot hold;
 - FP8 with per-row scales: BF16 as written, and rewritten as random F32s;
 - MLX affine 4-bit (group 32, BF16 scales and biases);
+- NVFP4 (E4M3 block scales, one F32 global scale);
 
 gathers every row with `pleio gather --rounding R --dtype D` for each rule
 and output type, and compares the bits with:
 
 - vllm: torch, `w.to(dtype) * scale.to(dtype)` (vLLM's and SGLang's
   dequantize), the tensors read with `safetensors.torch`;
+- vllm on NVFP4: vLLM 0.33's CPU `dequantize_to_dtype`, restated in torch
+  (block scale times global scale first, then times the E2M1 value);
 - mlx: `mx.dequantize(w, scales, biases, group_size=32, bits=4, dtype=D)`,
   the tensors read with `mx.load`;
 - exact: the exact product / affine value in float64, rounded once to D.
@@ -216,6 +219,39 @@ def check_mlx(pleio, ckpt, work):
     return shares
 
 
+def check_nvfp4(pleio, ckpt, work):
+    """vllm: vLLM 0.33's CPU NVFP4 decode (``dequantize_to_dtype`` with
+    ``swizzle=False``, as its device table runs it off CUDA), restated in
+    torch: E2M1 values from a table times the sign, block scales times the
+    global scale first, then the product, then the cast. exact: the exact
+    value, rounded once to f32, then to the output type (vLLM's GPU kernel
+    order, ``(v * scale) * global``)."""
+    w = load_shards(ckpt, "weight")  # uint8 [rows, D/2]
+    sf = load_shards(ckpt, "weight_scale")  # float8_e4m3fn [rows, D/16]
+    (gname, gfile), *_ = tensors(ckpt, r"weight_scale_2$").items()
+    g = load_file(os.path.join(ckpt, gfile))[gname].float()
+    rows, d = w.shape[0], w.shape[1] * 2
+    print(f"nvfp4: {rows} rows x {d}, global scale {g.item()!r}")
+    low, high = w & 0x0F, (w & 0xF0) >> 4
+    codes = torch.stack((low, high), dim=-1).reshape(rows, d)
+    lut = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float32)
+    values = lut[(codes & 0x07).long()] * torch.where((codes & 0x08).bool(), -1.0, 1.0)
+    block = sf.to(torch.float32) * g  # the block scale times the global one
+    vllm32 = (values.reshape(rows, -1, 16) * block.unsqueeze(-1)).reshape(rows, d)
+    e = sf.to(torch.float64).repeat_interleave(16, dim=1)
+    exact64 = values.to(torch.float64) * e * g.to(torch.float64)
+    shares = {}
+    for dt, tdt in DTYPES.items():
+        ref = torch_bits(vllm32.to(tdt), dt)
+        exact = bits(exact64.numpy().astype(np.float32).astype(NP[dt]), dt)
+        got_v = gather(pleio, ckpt, rows, dt, "vllm", work)
+        got_e = gather(pleio, ckpt, rows, dt, "exact", work)
+        compare(f"nvfp4 vllm {dt} == vLLM's CPU dequantize_to_dtype", got_v, ref)
+        compare(f"nvfp4 exact {dt} == exact value rounded once", got_e, exact)
+        shares[dt] = share_differing(ref, exact)
+    return shares
+
+
 def refused(pleio, ckpt, rounding, work):
     out = os.path.join(work, "refused.bin")
     r = subprocess.run([pleio, "gather", ckpt, "--rows", "0", "--dtype", "bf16",
@@ -236,7 +272,7 @@ def main():
     work = tempfile.mkdtemp(prefix="pleio-rounding-")
     try:
         ck = {}
-        for enc in ["fp8", "fp8-row", "mlx4"]:
+        for enc in ["fp8", "fp8-row", "mlx4", "nvfp4"]:
             ck[enc] = os.path.join(work, enc)
             run([a.pleio, "synth", "--format", "safetensors", "--encoding", enc,
                  "--rows", str(a.rows), "--files", "2", "--seed", str(a.seed), "-o", ck[enc]])
@@ -268,6 +304,7 @@ def main():
         shares["fp8-row-f32"] = check_fp8(a.pleio, ck["fp8-row-f32"], work,
                                           "fp8-row (f32 scales)", "row")
         shares["mlx4"] = check_mlx(a.pleio, ck["mlx4"], work)
+        shares["nvfp4"] = check_nvfp4(a.pleio, ck["nvfp4"], work)
 
         print("how often the engine rules differ from exact:")
         expect_share("vllm bf16, bf16 table scale", shares["fp8"]["bf16"], 0.0, 0.0)
@@ -279,14 +316,12 @@ def main():
         expect_share("vllm bf16, f32 row scales", shares["fp8-row-f32"]["bf16"], 0.1, 0.7)
         expect_share("mlx bf16", shares["mlx4"]["bf16"], 0.05, 0.4)
         expect_share("mlx f32 (mlx computes in bf16, then casts)", shares["mlx4"]["f32"], 0.5, 1.0)
+        expect_share("vllm nvfp4 f32 (block scale times global first)", shares["nvfp4"]["f32"], 0.01, 0.5)
 
         print("rules that do not apply:")
         refused(a.pleio, ck["fp8"], "mlx", work)
         refused(a.pleio, ck["mlx4"], "vllm", work)
-        nv = os.path.join(work, "nvfp4")
-        run([a.pleio, "synth", "--format", "safetensors", "--encoding", "nvfp4",
-             "--rows", "500", "--files", "1", "-o", nv])
-        refused(a.pleio, nv, "vllm", work)
+        refused(a.pleio, ck["nvfp4"], "mlx", work)
         gg = os.path.join(work, "t.gguf")
         run([a.pleio, "synth", "--rows", "500", "-o", gg])
         refused(a.pleio, gg, "vllm", work)

@@ -7,7 +7,7 @@ mod fetch_fixture;
 
 use fetch_fixture::{CkptFixture, Fixture, Rng};
 use pleio::quant::convert::{f32_to_bf16, f32_to_f16};
-use pleio::quant::encoding::{e4m3_to_f32, Encoding, Fp8Scale, ScaleType};
+use pleio::quant::encoding::{e4m3_to_f32, Encoding, Fp8Scale, ScaleType, NVFP4_VALUES};
 use pleio::{Dtype, ErrorKind, OpenOptions, Rounding, Strategy, Table};
 use pleio_lab::synth_ckpt::{CkptEncoding, CkptSpec};
 
@@ -82,6 +82,18 @@ fn by_definition(enc: Encoding, rule: Rounding, dtype: Dtype, raw: &[u8], out: &
                     round16(round16(s * q, true) + b, true)
                 } else {
                     s * q + b
+                };
+                put(out, dtype, y);
+            }
+        }
+        Encoding::Nvfp4 { global_scale: g } => {
+            for j in 0..160 {
+                let v = NVFP4_VALUES[usize::from((raw[j / 2] >> (4 * (j % 2))) & 15)];
+                let e = e4m3_to_f32(raw[80 + j / 16]);
+                let y = if rule == Rounding::Vllm {
+                    v * (e * g)
+                } else {
+                    (v * e) * g
                 };
                 put(out, dtype, y);
             }
@@ -179,6 +191,33 @@ fn vllm_rule_on_fp8_tables_every_strategy() {
 }
 
 #[test]
+fn vllm_rule_on_nvfp4_tables_every_strategy() {
+    // The global scale written (1/2688) is not a power of two, so the two
+    // orders of the products differ in f32.
+    let fx = CkptFixture::new(CkptEncoding::Nvfp4, 3000, 8, 2, 35);
+    check("nvfp4", &fx, Rounding::Vllm);
+    check("nvfp4", &fx, Rounding::Exact);
+    let ids = rows(fx.rows);
+    let gather = |rule| {
+        let t = OpenOptions::new().rounding(rule).open(&fx.path).unwrap();
+        let mut f = vec![0f32; ids.len() * 160];
+        t.gather(&ids, &mut f).unwrap();
+        f
+    };
+    let (v, e) = (gather(Rounding::Vllm), gather(Rounding::Exact));
+    let differ = v
+        .iter()
+        .zip(&e)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert!(
+        differ * 100 > v.len(),
+        "vllm nvfp4 f32 differs from exact on only {differ} of {}",
+        v.len()
+    );
+}
+
+#[test]
 fn mlx_rule_on_mlx4_tables_every_strategy() {
     let fx = CkptFixture::new(CkptEncoding::Mlx4, 3000, 8, 3, 34);
     let [bf, _] = check("mlx4", &fx, Rounding::Mlx);
@@ -228,11 +267,7 @@ fn rules_that_do_not_apply_are_unsupported_errors() {
         ),
         (gguf.file.path(), Rounding::Mlx, &["mlx", "GGUF"]),
         (&fp8.path, Rounding::Mlx, &["mlx", "fp8"]),
-        (
-            &nvfp4.path,
-            Rounding::Vllm,
-            &["vllm", "nvfp4", "not been read"],
-        ),
+        (&nvfp4.path, Rounding::Mlx, &["mlx", "nvfp4"]),
         (&mlx4.path, Rounding::Vllm, &["vllm", "mlx4"]),
     ];
     for (path, rule, words) in cases {

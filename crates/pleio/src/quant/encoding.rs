@@ -379,7 +379,9 @@ impl EncodingDecoder {
     /// - [`Rounding::Exact`]: every encoding, unchanged;
     /// - [`Rounding::Vllm`]: FP8 (per-tensor and per-row scales), whose
     ///   16-bit outputs become `dtype(e4m3 * dtype(scale))` (f32 stays
-    ///   exact); BF16, F16 and F32 rows, unchanged;
+    ///   exact); NVFP4, whose every output becomes the conversion of
+    ///   `v * (e4m3(scale) * global)` (vLLM's CPU `dequantize_to_dtype`);
+    ///   BF16, F16 and F32 rows, unchanged;
     /// - [`Rounding::Mlx`]: MLX 4-bit, whose every output (f32 included)
     ///   becomes the dtype conversion of mlx's bf16 result
     ///   `bf16(bf16(scale * q) + bias)`; BF16 rows, unchanged.
@@ -417,9 +419,8 @@ impl EncodingDecoder {
                 self.vllm = Some(Box::new(pair));
             }
             (Rounding::Vllm, Encoding::Nvfp4 { .. }) => {
-                return Err(refuse(
-                    "vLLM's NVFP4 decode has not been read yet, so there is no rule to reproduce (use exact)",
-                ))
+                // The rule's order of products has no SIMD kernel: scalar.
+                self.simd = None;
             }
             (Rounding::Vllm, Encoding::Mlx4) => {
                 return Err(refuse(
@@ -613,7 +614,8 @@ impl EncodingDecoder {
                 }
             }
             Encoding::Nvfp4 { global_scale } => {
-                nvfp4_scalar(parts[0], parts[1], global_scale, start, dst)
+                let vllm = self.rounding == Rounding::Vllm;
+                nvfp4_scalar(parts[0], parts[1], global_scale, vllm, start, dst)
             }
             Encoding::Mlx4 if self.rounding == Rounding::Mlx => {
                 mlx4_mlx_scalar(parts[0], parts[1], parts[2], start, dst)
@@ -658,15 +660,18 @@ fn mlx4_mlx_scalar(words: &[u8], scales: &[u8], biases: &[u8], start: usize, y: 
     }
 }
 
-/// NVFP4 reference: elements `start..start + y.len()` of a row.
-fn nvfp4_scalar(q: &[u8], scales: &[u8], g: f32, start: usize, y: &mut [f32]) {
+/// NVFP4 reference: elements `start..start + y.len()` of a row, as
+/// `(v * e4m3(scale)) * global`, or with `vllm` (vLLM's CPU order, the
+/// block scale times the global one first) `v * (e4m3(scale) * global)`.
+fn nvfp4_scalar(q: &[u8], scales: &[u8], g: f32, vllm: bool, start: usize, y: &mut [f32]) {
     for (k, blk) in y.chunks_mut(NVFP4_BLOCK).enumerate() {
         let j0 = start + k * NVFP4_BLOCK;
         let e = e4m3_to_f32(scales[j0 / NVFP4_BLOCK]);
+        let eg = e * g;
         for (i, y) in blk.iter_mut().enumerate() {
             let j = j0 + i;
-            let c = (q[j / 2] >> (4 * (j % 2))) & 0xF;
-            *y = canon((NVFP4_VALUES[c as usize] * e) * g);
+            let v = NVFP4_VALUES[((q[j / 2] >> (4 * (j % 2))) & 0xF) as usize];
+            *y = canon(if vllm { v * eg } else { (v * e) * g });
         }
     }
 }
@@ -1072,6 +1077,49 @@ mod tests {
     }
 
     #[test]
+    fn vllm_nvfp4_rule_matches_its_definition() {
+        let mut rng = Rng::new(13);
+        let n = 256;
+        let (mut differ, mut total) = (0usize, 0usize);
+        for k in 0..100u32 {
+            // Global scales that are not short binary fractions.
+            let g = 1.0123457e-3 * (1.0 + k as f32 / 37.0);
+            let enc = Encoding::Nvfp4 { global_scale: g };
+            let exact = EncodingDecoder::new(enc, n).unwrap();
+            let vllm = exact.clone().with_rounding(Rounding::Vllm).unwrap();
+            let parts = random_parts(enc, n, &mut rng);
+            let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+            let want: Vec<f32> = (0..n)
+                .map(|j| {
+                    let c = (parts[0][j / 2] >> (4 * (j % 2))) & 0xF;
+                    let e = e4m3_to_f32(parts[1][j / NVFP4_BLOCK]);
+                    canon(NVFP4_VALUES[c as usize] * (e * g))
+                })
+                .collect();
+            let (mut y, mut x) = (vec![0f32; n], vec![0f32; n]);
+            vllm.decode_f32(&refs, &mut y).unwrap();
+            assert!(same_bits(&y, &want), "vllm nvfp4 f32 is v * (scale * global)");
+            exact.decode_f32(&refs, &mut x).unwrap();
+            differ += x.iter().zip(&y).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            total += n;
+            let mut a = vec![0u16; n];
+            for bf16 in [true, false] {
+                if bf16 {
+                    vllm.decode_bf16(&refs, &mut a).unwrap();
+                } else {
+                    vllm.decode_f16(&refs, &mut a).unwrap();
+                }
+                let w: Vec<u16> = want.iter().map(|&v| bits16(v, bf16)).collect();
+                assert_eq!(a, w, "vllm nvfp4 16-bit outputs convert that f32");
+            }
+        }
+        assert!(
+            differ * 100 > total,
+            "vllm nvfp4 differs from exact on {differ} of {total}"
+        );
+    }
+
+    #[test]
     fn rules_that_do_not_apply_are_refused() {
         let refused = |enc: Encoding, r: Rounding| {
             matches!(
@@ -1080,7 +1128,6 @@ mod tests {
             )
         };
         let nv = Encoding::Nvfp4 { global_scale: 1.0 };
-        assert!(refused(nv, Rounding::Vllm));
         assert!(refused(Encoding::Mlx4, Rounding::Vllm));
         assert!(refused(
             Encoding::Fp8(Fp8Scale::PerTensor(1.0)),
@@ -1088,16 +1135,13 @@ mod tests {
         ));
         assert!(refused(Encoding::F16, Rounding::Mlx));
         assert!(refused(nv, Rounding::Mlx));
-        let msg = EncodingDecoder::new(nv, 64)
+        let msg = EncodingDecoder::new(Encoding::Mlx4, 64)
             .unwrap()
             .with_rounding(Rounding::Vllm)
             .unwrap_err()
             .to_string();
-        assert!(
-            msg.contains("vllm") && msg.contains("nvfp4") && msg.contains("not been read"),
-            "{msg}"
-        );
-        for enc in [Encoding::Bf16, Encoding::F16, Encoding::F32] {
+        assert!(msg.contains("vllm") && msg.contains("mlx4"), "{msg}");
+        for enc in [Encoding::Bf16, Encoding::F16, Encoding::F32, nv] {
             assert!(EncodingDecoder::new(enc, 64)
                 .unwrap()
                 .with_rounding(Rounding::Vllm)

@@ -22,8 +22,11 @@ pub enum Rounding {
     /// vLLM's and SGLang's rule (`rows.to(dtype) * weight_scale.to(dtype)`
     /// in torch), for FP8 tables (per-tensor or per-row scale): bf16 is
     /// `bf16(e4m3 * bf16(scale))`, f16 is `f16(e4m3 * f16(scale))` (the
-    /// product exact in f32, so rounded once), f32 is exact. BF16, F16 and
-    /// F32 rows: the same as `Exact`.
+    /// product exact in f32, so rounded once), f32 is exact. NVFP4 tables:
+    /// vLLM's CPU `dequantize_to_dtype`, `v * (e4m3(scale) * global)` in
+    /// f32 (the block scale times the global one first; `Exact` is
+    /// `(v * e4m3(scale)) * global`, vLLM's GPU kernel), every output the
+    /// conversion of that f32. BF16, F16 and F32 rows: the same as `Exact`.
     Vllm,
     /// mlx's `mx.dequantize` of MLX affine 4-bit tables, which computes in
     /// the scales' type (bf16) whatever the output type:
