@@ -76,7 +76,9 @@ fn publish_then_gather_rows_and_inspect_the_address() {
     let m: serde_json::Value = serde_json::from_str(&ok(&["inspect", &url, "--json"])).unwrap();
     assert_eq!(m["manifest"]["rows"], 50000, "{m}");
     assert_eq!(m["manifest"]["id"], pub_["id"], "{m}");
-    assert!(ok(&["inspect", &url]).contains("a table published to Redis"));
+    let text = ok(&["inspect", &url]);
+    assert!(text.contains("a table published to Redis"), "{text}");
+    assert!(text.contains("row format   IQ4_NL"), "{text}");
 
     // Publishing again uploads nothing.
     let again: serde_json::Value = serde_json::from_str(&ok(&[

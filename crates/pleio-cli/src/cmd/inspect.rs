@@ -95,7 +95,20 @@ fn inspect_remote(url: &str, json_out: bool) -> Result<()> {
         "  rows         {} x {} elements, {} bytes each",
         m.rows, m.row_elems, m.row_bytes
     );
-    println!("  row format   {}", serde_json::to_string(&m.row_format)?);
+    let format = match m.format() {
+        Some(pleio::layout::RowFormat::Encoded(pleio::quant::encoding::Encoding::Fp8(
+            pleio::quant::encoding::Fp8Scale::PerTensor(s),
+        ))) => format!("fp8 (table scale {s:e})"),
+        Some(pleio::layout::RowFormat::Encoded(pleio::quant::encoding::Encoding::Nvfp4 {
+            global_scale,
+        })) => format!("nvfp4 (global scale {global_scale:e})"),
+        Some(f) => f.to_string(),
+        None => format!(
+            "unknown to this pleio: {}",
+            serde_json::to_string(&m.row_format)?
+        ),
+    };
+    println!("  row format   {format}");
     println!(
         "  buckets      {} of {} rows ({} per bucket, each row + a 4-byte check)",
         m.buckets,

@@ -310,10 +310,7 @@ impl Client {
     /// to the first), in the order the replica policy gives: the index of
     /// the slot's owners in the map, and which of them (0: the master).
     fn pick(&self, m: &Map, slot: u16, tried: usize) -> Option<(u32, u32)> {
-        let i = match &m.0 {
-            None => 0,
-            Some(map) => map[slot as usize]?,
-        };
+        let i = owner_index(m, slot)?;
         let n = 1 + m.1.get(i as usize)?.replicas.len() as u32;
         let order = |k: u32| match self.options().replicas {
             ReplicaReads::Never => 0,
@@ -341,11 +338,7 @@ impl Client {
     /// write, or read what was just written).
     fn master_of(&self, slot: u16) -> Option<String> {
         let m = self.map.read().unwrap_or_else(|e| e.into_inner());
-        let i = match &m.0 {
-            None => 0,
-            Some(map) => map[slot as usize]?,
-        };
-        Some(m.1.get(i as usize)?.master.clone())
+        Some(m.1.get(owner_index(&m, slot)? as usize)?.master.clone())
     }
 
     fn take(&self, node: &str, readonly: bool) -> Result<Conn, RemoteError> {
@@ -691,6 +684,15 @@ fn redirect(e: &str) -> Option<Again> {
         }
         "TRYAGAIN" | "CLUSTERDOWN" | "LOADING" => Some(Again::Failed),
         _ => None,
+    }
+}
+
+/// The index of `slot`'s owners in the map (0 for a standalone server);
+/// None for a slot no node serves.
+fn owner_index(m: &Map, slot: u16) -> Option<u32> {
+    match &m.0 {
+        None => Some(0),
+        Some(map) => map[slot as usize],
     }
 }
 

@@ -208,6 +208,17 @@ impl Manifest {
         self.row_bytes + CHECK_BYTES
     }
 
+    /// The rows' format, if this pleio knows it.
+    pub fn format(&self) -> Option<RowFormat> {
+        self.row_format.format()
+    }
+
+    /// Rows in bucket `b` (the last may be short; 0 past the end).
+    pub fn bucket_rows(&self, b: u64) -> u64 {
+        let first = b.saturating_mul(self.rows_per_bucket);
+        self.rows_per_bucket.min(self.rows.saturating_sub(first))
+    }
+
     /// The key of bucket `b`.
     pub fn bucket_key(&self, b: u64) -> String {
         format!("pleio:t:{}:b{b}", self.id)
@@ -643,38 +654,70 @@ pub fn publish(
         }
     }
     let seed = m.seed();
-    let mut repaired = 0u64;
     let total = m.buckets;
-    // Which buckets to upload: those not done, or done but not intact.
-    let mut todo = Vec::new();
-    for b in 0..total {
-        let Some(f) = done[b as usize] else {
-            todo.push(b);
-            continue;
-        };
+    let workers = opts.in_flight.clamp(1, MAX_IN_FLIGHT);
+    // Which buckets to upload: those not done, or done but not intact
+    // (checked by `in_flight` workers, so the round trips overlap).
+    let mut todo: Vec<u64> = (0..total).filter(|&b| done[b as usize].is_none()).collect();
+    let checks: Vec<(u64, u64)> = (0..total).filter_map(|b| Some((b, done[b as usize]?))).collect();
+    let intact = |b: u64, f: u64| -> Result<bool, RemoteError> {
         let key = m.bucket_key(b);
-        let len = (m.rows_per_bucket.min(m.rows - b * rows_per_bucket) * rec) as usize;
-        let intact = if opts.verify {
+        let len = (m.bucket_rows(b) * rec) as usize;
+        Ok(if opts.verify {
             match client.call(&key, &[b"GET".as_slice(), key.as_bytes()])? {
                 Reply::Bulk(Some(v)) => v.len() == len && hash64(seed ^ b, &v) == f,
                 _ => false,
             }
         } else {
             client.call(&key, &[b"STRLEN".as_slice(), key.as_bytes()])?.int() == Some(len as i64)
-        };
-        if intact {
-            progress(b + 1 - todo.len() as u64, total);
-        } else {
-            repaired += 1;
-            todo.push(b);
+        })
+    };
+    let mut repaired = 0u64;
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (check_tx, check_rx) = std::sync::mpsc::channel();
+    let mut check_failed: Option<RemoteError> = None;
+    std::thread::scope(|scope| {
+        for _ in 0..workers.min(checks.len()) {
+            let (next, checks, intact, tx) = (&next, &checks, &intact, check_tx.clone());
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&(b, f)) = checks.get(i) else { break };
+                let r = intact(b, f);
+                let failed = r.is_err();
+                if tx.send((b, r)).is_err() || failed {
+                    // Past the end: the other workers stop at their next bucket.
+                    next.store(checks.len(), std::sync::atomic::Ordering::Relaxed);
+                    break;
+                }
+            });
         }
+        drop(check_tx);
+        let mut checked = 0u64;
+        for (b, r) in check_rx {
+            match r {
+                Ok(true) => {
+                    checked += 1;
+                    progress(checked, total);
+                }
+                Ok(false) => {
+                    repaired += 1;
+                    todo.push(b);
+                }
+                Err(e) => {
+                    check_failed.get_or_insert(e);
+                }
+            }
+        }
+    });
+    if let Some(e) = check_failed {
+        return Err(e.into());
     }
+    todo.sort_unstable();
     let kept = total - todo.len() as u64;
     // Read each bucket here, in order; `in_flight` workers upload them
     // (SET, then HSET into the done hash), so the buckets of several
     // nodes and their round trips overlap.
     let (mut uploaded, mut bytes) = (0u64, 0u64);
-    let workers = opts.in_flight.clamp(1, MAX_IN_FLIGHT);
     let upload = |b: u64, bucket: Vec<u8>, f: u64| -> Result<u64, RemoteError> {
         let key = m.bucket_key(b);
         expect_ok(&key, client.call(&key, &[b"SET", key.as_bytes(), &bucket])?)?;
@@ -725,8 +768,7 @@ pub fn publish(
             if failed.is_some() {
                 break;
             }
-            let first = b * rows_per_bucket;
-            let n = rows_per_bucket.min(m.rows - first);
+            let (first, n) = (b * rows_per_bucket, m.bucket_rows(b));
             stored.resize((n * l.row_bytes()) as usize, 0);
             if let Err(e) = read_rows(first, n, &mut stored) {
                 failed = Some(e);
@@ -816,6 +858,11 @@ mod tests {
             let l = m.layout().unwrap_or_else(|e| panic!("{}: {e}", p.display()));
             assert_eq!((l.rows(), l.row_bytes()), (m.rows, m.row_bytes));
             m.row_ids().unwrap().unwrap();
+            // Every row in exactly one bucket; the last may be short.
+            let per: Vec<u64> = (0..m.buckets).map(|b| m.bucket_rows(b)).collect();
+            assert_eq!(per.iter().sum::<u64>(), m.rows);
+            assert!(per[..per.len() - 1].iter().all(|&r| r == m.rows_per_bucket));
+            assert_eq!(m.bucket_rows(m.buckets), 0);
             n += 1;
             for broken in [
                 Manifest { row_bytes: m.row_bytes + 1, ..m.clone() },
