@@ -273,6 +273,8 @@ impl Server {
                 .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
                 // Replicas sync at once, not after 5 s of waiting for more.
                 .args(["--repl-diskless-sync-delay", "0"])
+                // DEBUG REPLICATE makes a replica lag on purpose (loopback only).
+                .args(["--enable-debug-command", "local"])
                 .arg("--dir")
                 .arg(dir.path());
             if cluster {
@@ -481,6 +483,38 @@ impl Cluster {
         }
         masters.sort_unstable();
         Ok(masters)
+    }
+
+    /// Waits (bounded, ~30 s) until every live master's replicas have
+    /// acknowledged its whole replication stream (the offsets of `INFO
+    /// replication`; replicas acknowledge once a second).
+    pub fn wait_replicated(&self) -> Result<(), String> {
+        poll("replicas caught up with their masters", || {
+            for (_, node) in self.live() {
+                let info = node.cli(&["INFO", "replication"])?;
+                let field = |k: &str| {
+                    info.lines()
+                        .find_map(|l| l.trim().strip_prefix(k))
+                        .and_then(|v| v.parse::<u64>().ok())
+                };
+                if !info.contains("role:master") {
+                    continue;
+                }
+                let Some(own) = field("master_repl_offset:") else {
+                    return Err(format!("{}: no master_repl_offset", node.addr()));
+                };
+                for l in info.lines().filter(|l| l.starts_with("slave")) {
+                    let acked = l
+                        .split(',')
+                        .find_map(|kv| kv.strip_prefix("offset="))
+                        .and_then(|v| v.parse::<u64>().ok());
+                    if acked.is_none_or(|a| a < own) {
+                        return Err(format!("{}: a replica at {acked:?} of {own}", node.addr()));
+                    }
+                }
+            }
+            Ok(())
+        })
     }
 
     /// Waits (bounded, ~30 s) until cluster_state:ok again on every live node, after a kill.

@@ -230,11 +230,77 @@ fn a_cluster_serves_every_table_exactly_and_survives_a_master_kill() {
         "masters {on_masters}, replicas {on_replicas}"
     );
 
+    // Replicas behind their masters (DEBUG REPLICATE changes the replicas'
+    // copy alone): q2's bucket 5 short there, bucket 6 missing, bucket 7
+    // stale (q's bucket 7: the same length, other rows). Under prefer the
+    // rows of the first two come from the masters, right; the stale one is
+    // caught by its rows' checks, and the error names the key and row.
+    let bucket_rows = (16 << 10) / (gguf.row_bytes() + 4);
+    let client = pleio::remote::client::Client::connect(
+        pleio::remote::url::RedisUrl::parse_with(&format!("redis://{seed}/x"), None).unwrap(),
+    )
+    .unwrap();
+    let replicate = |key: &str, cmd: &[&[u8]]| {
+        let mut args: Vec<&[u8]> = vec![b"DEBUG", b"REPLICATE"];
+        args.extend_from_slice(cmd);
+        let r = client.call(key, &args).unwrap();
+        assert_eq!(r.bytes(), Some(&b"OK"[..]), "{}", r.describe());
+    };
+    let (k5, k6, k7) = (
+        format!("pleio:t:{id2}:b5"),
+        format!("pleio:t:{id2}:b6"),
+        format!("pleio:t:{id2}:b7"),
+    );
+    replicate(&k5, &[b"SET", k5.as_bytes(), b"short"]);
+    replicate(&k6, &[b"DEL", k6.as_bytes()]);
+    let q7 = format!("pleio:t:{}:b7", p.id);
+    let stale = client
+        .call(&q7, &[b"GET".as_slice(), q7.as_bytes()])
+        .unwrap();
+    let stale = stale.bytes().unwrap().to_vec();
+    replicate(&k7, &[b"SET", k7.as_bytes(), &stale]);
+    cluster.wait_replicated().unwrap();
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    }
+    let behind: Vec<u64> = [5, 6]
+        .iter()
+        .flat_map(|b| {
+            [
+                b * bucket_rows,
+                b * bucket_rows + 3,
+                (b + 1) * bucket_rows - 1,
+            ]
+        })
+        .chain(
+            rows_of(&mut rng, 60_000, 100)
+                .into_iter()
+                .filter(|r| r / bucket_rows != 7),
+        )
+        .collect();
+    assert_eq!(
+        out(&prefer, Dtype::Raw, &behind).unwrap(),
+        out(&other, Dtype::Raw, &behind).unwrap()
+    );
+    let on_masters: u64 = masters.iter().map(|&i| getranges(i)).sum();
+    assert!(
+        on_masters > 0,
+        "the rows of the lagging buckets came from no master"
+    );
+    let row7 = 7 * bucket_rows + 2;
+    let e = out(&prefer, Dtype::Raw, &[row7]).unwrap_err();
+    assert_eq!((e.kind(), e.row()), (ErrorKind::Remote, Some(row7)), "{e}");
+    assert!(e.to_string().contains(&k7), "{e}");
+    // The masters were never changed: without prefer every row is right.
+    assert_eq!(
+        out(&q2, Dtype::Raw, &[row7]).unwrap(),
+        out(&other, Dtype::Raw, &[row7]).unwrap()
+    );
+
     // A bucket of one table copied over the other's: every row's check names it.
     let id = p.id.clone();
     let cli = |args: &[&str]| cluster.nodes[0].cli(&[&["-c"][..], args].concat()).unwrap();
     let key2 = format!("pleio:t:{id2}:b3");
-    let bucket_rows = (16 << 10) / (gguf.row_bytes() + 4);
     let row = 3 * bucket_rows + 5;
     let copied = redis_copy(&cluster, &format!("pleio:t:{id}:b3"), &key2);
     assert!(copied, "COPY across slots via DUMP/RESTORE");
