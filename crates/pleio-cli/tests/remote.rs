@@ -119,3 +119,72 @@ fn publish_then_gather_rows_and_inspect_the_address() {
     assert!(e.contains("127.0.0.1:1"), "{e}");
     assert!(!dir.path().join("c.f32").exists(), "no partial output");
 }
+
+#[test]
+fn several_processes_publish_at_once() {
+    if let Some(why) = pleio_testkit::redis::unavailable() {
+        pleio_testkit::skip!("{why}");
+    }
+    let server = Server::standalone(None).unwrap();
+    let dir = disk_dir();
+    let (a, b) = (dir.path().join("a.gguf"), dir.path().join("b.gguf"));
+    ok(&["synth", "--rows", "40000", "--seed", "8", "-o", p(&a)]);
+    ok(&["synth", "--rows", "40000", "--seed", "9", "-o", p(&b)]);
+    let url = |name: &str| format!("redis://{}/{name}", server.addr());
+    // Three processes at once: two upload the same table under one name
+    // (the same buckets, written twice), one another table under another.
+    let spawn = |file: &std::path::Path, name: &str| {
+        Command::new(env!("CARGO_BIN_EXE_pleio"))
+            .args([
+                "publish",
+                p(file),
+                &url(name),
+                "--bucket-bytes",
+                "8192",
+                "--json",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let children = [spawn(&a, "a"), spawn(&a, "a"), spawn(&b, "b")];
+    let mut ids = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        ids.push(j["published"]["id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(ids[0], ids[1], "one table, one id");
+    assert_ne!(ids[0], ids[2]);
+    // Each name serves its own file's rows, and the table is whole.
+    let rows = "0,1,39999,777,20001,31337";
+    for (file, name) in [(&a, "a"), (&b, "b")] {
+        let x = dir.path().join(format!("{name}-file.f32"));
+        let y = dir.path().join(format!("{name}-redis.f32"));
+        ok(&["gather", p(file), "--rows", rows, "-o", p(&x)]);
+        ok(&["gather", &url(name), "--rows", rows, "-o", p(&y)]);
+        assert_eq!(
+            std::fs::read(&x).unwrap(),
+            std::fs::read(&y).unwrap(),
+            "{name}"
+        );
+    }
+    let again: serde_json::Value = serde_json::from_str(&ok(&[
+        "publish",
+        p(&a),
+        &url("a"),
+        "--bucket-bytes",
+        "8192",
+        "--verify",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(again["published"]["uploaded"], 0, "{again}");
+    assert_eq!(again["published"]["repaired"], 0, "{again}");
+}
