@@ -136,6 +136,108 @@ def write_models(tf, work: str, post=None, **kw) -> dict:
     return models
 
 
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def nvfp4_quantize(whole):
+    """NVFP4 of an f32 table ``[rows, D]``: (packed E2M1 ``uint8 [rows,
+    D/2]``, low nibble first; E4M3 block scales ``[rows, D/16]``; the
+    global scale, amax / (448 * 6), as a float)."""
+    import torch
+
+    rows, d = whole.shape
+    g = whole.abs().max().item() / (448.0 * 6.0)
+    blocks = whole.reshape(rows, d // 16, 16)
+    scale = (blocks.abs().amax(-1) / (6.0 * g)).to(torch.float8_e4m3fn)
+    denom = (scale.float() * g).unsqueeze(-1)
+    x = torch.where(denom > 0, blocks / torch.where(denom > 0, denom, 1.0), 0.0).reshape(rows, d)
+    grid = torch.tensor(E2M1)
+    mag = (x.abs().unsqueeze(-1) - grid).abs().argmin(-1).to(torch.uint8)
+    codes = mag | torch.where(x < 0, 8, 0).to(torch.uint8)
+    packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    return packed.contiguous(), scale.contiguous(), g
+
+
+def nvfp4_orders_differ(packed, scale, gs) -> list[int]:
+    """For each global scale of ``gs``: how many elements of the table round
+    to other bf16 values under vLLM's two NVFP4 decodes, its GPU kernel's
+    ``(v * s) * g`` and its CPU ``dequantize_to_dtype``'s ``v * (s * g)``."""
+    import torch
+
+    mag = torch.stack((packed & 7, packed >> 4 & 7), -1).reshape(packed.shape[0], -1, 16).long()
+    sf = scale.view(torch.uint8).long().unsqueeze(-1).expand(mag.shape)
+    count = torch.bincount((sf * 8 + mag).reshape(-1), minlength=256 * 8).reshape(256, 8)
+    used = count.nonzero()  # (scale byte, magnitude) pairs present
+    s = torch.tensor(used[:, 0].tolist(), dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    v = torch.tensor(E2M1)[used[:, 1]]
+    w = count[used[:, 0], used[:, 1]]
+    g = torch.tensor(list(gs), dtype=torch.float32)[:, None]
+    kernel = ((v * s)[None, :] * g).to(torch.bfloat16).view(torch.int16)
+    cpu = (v[None, :] * (s[None, :] * g)).to(torch.bfloat16).view(torch.int16)
+    return ((kernel != cpu).long() * w[None, :]).sum(-1).tolist()
+
+
+def nvfp4_tie_scales(scale, g0: float) -> list[float]:
+    """Global scales within 1% of ``g0`` that put ``v * s * g`` (``v`` in
+    1.5, 3, 6; ``s`` the table's most used block scales) next to a bf16
+    rounding tie, where the two orders of the products can round apart."""
+    import numpy as np
+    import torch
+
+    used, counts = scale.view(torch.uint8).unique(return_counts=True)
+    top = used[counts.argsort(descending=True)[:16]].view(torch.float8_e4m3fn).float().tolist()
+    out = []
+    for s in top:
+        for v in (1.5, 3.0, 6.0):
+            x = np.float32(v * s * g0)
+            ulp = np.float32(2.0) ** (np.floor(np.log2(x)) - 7)  # bf16's unit in the last place at x
+            for m in range(-40, 41):
+                tie = (np.floor(x / ulp) + 0.5 + m) * ulp
+                base = np.float32(tie / np.float32(v * s))
+                for k in range(-3, 4):
+                    g = float(np.nextafter(base, np.float32(np.inf if k > 0 else -np.inf)) if k else base)
+                    for _ in range(abs(k) - 1):
+                        g = float(np.nextafter(np.float32(g), np.float32(np.inf if k > 0 else -np.inf)))
+                    if abs(g / g0 - 1.0) <= 1e-2:
+                        out.append(g)
+    return out or [g0]
+
+
+def to_nvfp4(src: str, dst: str, nudge: float = 0.0) -> dict:
+    """``src`` (a BF16 model) with every PLE table in vLLM's NVFP4 layout:
+    ``shard_{i}.weight`` U8, ``shard_{i}.weight_scale`` F8_E4M3, one
+    table-level ``ngram_embedding.weight_scale_2`` F32, and
+    ``ple_embedding_dtype`` "nvfp4". The global scale is moved (by at most
+    1%; the codes stay) to one under which vLLM's CPU and GPU decodes
+    differ on many elements, so a lookup shows which one was followed;
+    ``nudge`` then scales it by ``1 + nudge``. Returns prefix -> the global
+    scale and the count of such elements."""
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file
+
+    tf = tf_helpers()
+    os.makedirs(dst, exist_ok=True)
+    sd = load_file(os.path.join(src, "model.safetensors"))
+    out = {}
+    for prefix, names in tf.table_keys(sd).items():
+        whole = torch.cat([sd[k] for k in names]).float()
+        packed, scale, g0 = nvfp4_quantize(whole)
+        gs = nvfp4_tie_scales(scale, g0)
+        counts = nvfp4_orders_differ(packed, scale, gs)
+        g = float(np.float32(gs[int(np.argmax(counts))] * (1.0 + nudge)))
+        start = 0
+        for k in names:
+            n = sd[k].shape[0]
+            sd[k] = packed[start : start + n].clone()
+            sd[k[: -len("weight")] + "weight_scale"] = scale[start : start + n].clone()
+            start += n
+        sd[f"{prefix}ngram_embedding.weight_scale_2"] = torch.tensor(g, dtype=torch.float32)
+        out[prefix] = {"global_scale": g, "orders_differ": nvfp4_orders_differ(packed, scale, [g])[0]}
+    tf.save_converted(src, dst, sd, "nvfp4")
+    return out
+
+
 def rss_compare(tf, work: str, what: str, run) -> dict:
     """Peak RSS (VmHWM), stock against pleio, on a tiny model whose bf16
     table is over 1 GiB (written here), the checkpoint evicted before each

@@ -226,15 +226,21 @@ def to_fp8(src: str, dst: str, scale_dtype: torch.dtype) -> dict[str, tuple[torc
             start += n
         sd[f"{prefix}ngram_embedding.weight_scale"] = scale.clone()
         tables[prefix] = (q, scale)
+    save_converted(src, dst, sd, "float8_e4m3fn")
+    return tables
+
+
+def save_converted(src: str, dst: str, sd: dict, ple_embedding_dtype: str) -> None:
+    """Writes ``sd`` as ``dst``'s weights, with ``src``'s configs and
+    ``ple_embedding_dtype`` set in ``dst``'s config.json."""
     save_file(sd, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(src, "config.json")) as f:
         cfg = json.load(f)
-    cfg["ple_embedding_dtype"] = "float8_e4m3fn"
+    cfg["ple_embedding_dtype"] = ple_embedding_dtype
     with open(os.path.join(dst, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     with open(os.path.join(src, "generation_config.json")) as i, open(os.path.join(dst, "generation_config.json"), "w") as o:
         o.write(i.read())
-    return tables
 
 
 def reference_with_tables(bf16_path: str, tables: dict, rule: str) -> list[torch.Tensor]:

@@ -23,7 +23,9 @@ module gives (``llm.apply_model``) and its peak RSS; the parent compares:
 - bad configuration fails at engine start with a clear error;
 - with --rss: peak RSS of the engine with the plugin against stock on a
   model whose table is over 1 GiB.
-Models: BF16, FP8 with a bf16 scale, FP8 with an f32 scale.
+Models: BF16, FP8 with a bf16 scale, FP8 with an f32 scale, and on vLLM
+0.33 NVFP4 (vLLM's layout, converted from the BF16 model by
+``checklib.to_nvfp4``).
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ def probe(model):
         qsl = torch.tensor([0, 25, 40], dtype=torch.int32)
         ctx = torch.tensor([[eos, eos], [int(toks[3]), int(toks[9])]], dtype=torch.long)
         ctx = ctx[:, : mod.ngram_size - 1]
-        res = {"storage_bytes": emb.weight.untyped_storage().nbytes(), "rows": int(emb.org_vocab_size)}
+        res = {"storage_bytes": emb.weight.untyped_storage().nbytes(), "rows": int(emb.org_vocab_size),
+               "row_bytes": emb.weight.shape[1] * emb.weight.element_size()}
         with torch.no_grad():
             ids = mod.compute_ngram_ids(toks, qsl, ctx)
             res["ids"] = ids.clone()
@@ -89,6 +92,9 @@ def probe(model):
             res["dequant"] = emb.dequantize(look, torch.bfloat16).clone()
             full = emb.weight.data
             rows = int(emb.org_vocab_size)
+            # NVFP4's block scales are per row, looked up with the rows.
+            scales = getattr(emb, "weight_scale", None)
+            full_scales = scales.data if scales is not None and scales.dim() == 2 else None
             served = getattr(emb, "_pleio", None) is not None
             # (vLLM 0.31 has no reduce_results: it always reduces, over this one rank.)
             saved = (emb.shard_indices, emb.tp_size, getattr(emb, "reduce_results", True),
@@ -101,6 +107,12 @@ def probe(model):
                 if not served:
                     # The stock table of this rank: rows [lo, hi) of the whole one.
                     emb.weight.data = full[lo:hi]
+                    if full_scales is not None:
+                        emb.weight_scale.data = full_scales[lo:hi]
+                if not served and full_scales is not None:
+                    # The kernel reads this rank's rows [lo, hi) at ids - lo.
+                    res[f"kernel {key}"] = nvfp4_kernel(ids, full[lo:hi], full_scales[lo:hi], emb.weight_scale_2,
+                                                        lo, hi, emb.params_dtype)
                 try:
                     res[key] = emb(ids).clone()
                     if served:
@@ -109,9 +121,30 @@ def probe(model):
                         res[f"pinned {key}"] = dst
                 finally:
                     emb.weight.data = full
+                    if full_scales is not None:
+                        emb.weight_scale.data = full_scales
                     emb.shard_indices, emb.tp_size, emb.reduce_results, emb.use_fused_embedding = saved
         out[name] = res
     return out
+
+
+def nvfp4_kernel(ids, packed, scales, global_scale, lo: int, hi: int, dtype):
+    """vLLM 0.33's NVFP4 GPU kernel (``_lookup_nvfp4_ple_embedding_kernel``,
+    which the pinned-host ``_lookup`` runs) restated in torch on CPU: rows
+    of ids in ``[lo, hi)`` as ``(v * e4m3(scale)) * global`` in f32, stored
+    as ``dtype``; zeros for the others."""
+    import torch
+
+    lut = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+    flat = ids.reshape(-1)
+    owned = (flat >= lo) & (flat < hi)
+    local = torch.where(owned, flat - lo, 0)
+    p = packed[local]
+    codes = torch.stack((p & 0x0F, p >> 4), dim=-1).reshape(len(flat), -1).long()
+    e = scales[local].float().repeat_interleave(16, dim=1)
+    values = (lut[codes] * e) * global_scale.float().reshape(-1)[0]
+    values[~owned] = 0.0
+    return values.to(dtype).reshape(*ids.shape, -1)
 
 
 def build(model: str, pleio_cfg: dict | None):
@@ -247,8 +280,11 @@ def compare(name: str, stock: dict, served: dict) -> None:
         for key in [k for k in s if k.startswith("range ")]:
             zeros = int(bits(s[key]).reshape(-1, s[key].shape[-1]).eq(0).all(-1).sum())
             record(f"{name}: {key} (Device forward)", same(s[key], p[key]), f"{zeros} zero rows")
-            record(f"{name}: {key} (PinnedHost _lookup)", same(s[key], p[f"pinned {key}"]))
-        table = s["rows"] * s["lookup"].shape[-1] * s["lookup"].element_size()
+            # NVFP4: the stock _lookup is the GPU kernel, whose order of products is not the CPU path's.
+            kernel = s.get(f"kernel {key}")
+            record(f"{name}: {key} (PinnedHost _lookup{', the kernel restated in torch' if kernel is not None else ''})",
+                   same(s[key] if kernel is None else kernel, p[f"pinned {key}"]))
+        table = s["rows"] * s["row_bytes"]
         record(f"{name}: the stock table is never allocated",
                s["storage_bytes"] >= table and p["storage_bytes"] <= s["lookup"].shape[-1] * 4,
                f"weight storage stock {s['storage_bytes']} B, pleio {p['storage_bytes']} B")
@@ -256,6 +292,25 @@ def compare(name: str, stock: dict, served: dict) -> None:
     record(f"{name}: its shards are skipped unread by the loader", skipped > 0 and stock["_meta"]["skipped_shards"] == 0,
            f"{skipped} shard tensors")
     del torch
+
+
+def nvfp4_rule_check(path: str, stock: dict) -> None:
+    """The NVFP4 model's global scale was picked so that vLLM's two decodes
+    (its CPU ``dequantize_to_dtype`` and its GPU kernel) round apart on many
+    elements: the stock CPU lookup must differ from pleio's exact rule (the
+    kernel's order) there, so the lookup checks above tell the rules apart."""
+    import pleio
+    import pleio.torch as pt
+
+    for layer in [k for k in stock if not k.startswith("_")]:
+        s = stock[layer]
+        dense = int(layer.split("layers.")[1].split(".")[0]) if "layers." in layer else None
+        t = pleio.open(path, layer=dense)
+        ids = s["ids"].reshape(-1)
+        kernel = pt.gather(t, ids, dtype=s["lookup"].dtype, rounding="exact").reshape(s["lookup"].shape)
+        differ = int((bits(kernel) != bits(s["lookup"])).sum())
+        record(f"NVFP4: vLLM's CPU decode differs from its GPU kernel's order on this lookup", differ > 0,
+               f"{differ} of {kernel.numel()} elements")
 
 
 def expect_errors(model: str, cases: list[tuple[str, dict, str]], work: str) -> None:
@@ -328,6 +383,13 @@ def main() -> int:
 
     models = cl.write_models(tf, work)
     bf16 = models["BF16"]
+    from vllm.models.qwen4_exp.common import ngram_embedding as common
+
+    nvfp4 = {}
+    if hasattr(common, "Qwen4ExpPLENvFp4EmbeddingMethod"):  # vLLM 0.33 on
+        models["NVFP4"] = os.path.join(work, "NVFP4")
+        nvfp4 = cl.to_nvfp4(bf16, models["NVFP4"])
+        report["nvfp4"] = nvfp4
     for name, path in models.items():
         outs = {}
         for mode, cfg in (("stock", None), ("pleio", {"path": path, "strategy": "auto"})):
@@ -341,6 +403,8 @@ def main() -> int:
         if len(outs) == 2:
             compare(name, outs["stock"], outs["pleio"])
             report[name] = {m: outs[m]["_meta"] for m in outs}
+            if name == "NVFP4":
+                nvfp4_rule_check(path, outs["stock"])
         if name == "FP8, bf16 scale" and "stock" in outs:
             shared_check(name, path, outs["stock"], work)
 
@@ -357,6 +421,14 @@ def main() -> int:
         ("an unknown key", {"path": bf16, "stratgey": "pread"}, "unknown key"),
         ("a bad budget", {"path": bf16, "budget": "lots"}, "budget"),
     ], work)
+    if nvfp4:
+        rescaled = os.path.join(work, "NVFP4-other-global-scale")
+        cl.to_nvfp4(bf16, rescaled, nudge=2.0**-20)
+        expect_errors(models["NVFP4"], [
+            ("a bf16 table for an NVFP4 model", {"path": bf16}, "NVFP4"),
+            ("an FP8 table for an NVFP4 model", {"path": models["FP8, bf16 scale"]}, "NVFP4"),
+            ("an NVFP4 table with another global scale", {"path": rescaled}, "is not the scale"),
+        ], work)
     expect_errors(models["FP8, bf16 scale"], [
         ("a bf16 table for an FP8 model", {"path": bf16}, "FP8"),
         ("an FP8 table with another scale", {"path": models["FP8, f32 scale"]}, "is not the scale"),

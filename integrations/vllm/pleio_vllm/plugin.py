@@ -69,19 +69,26 @@ class Served:
     """A PLE table served by pleio for one vLLM embedding module: the
     storage dtype vLLM's lookup writes, and how to gather it."""
 
-    def __init__(self, table, out_dtype: torch.dtype, gather_dtype: torch.dtype, rounding: str | None):
+    def __init__(self, table, out_dtype: torch.dtype, gather_dtype: torch.dtype, rounding: str | None,
+                 cpu_rounding: str | None = None):
         self.table = table
         self.out_dtype = out_dtype
         self.gather_dtype = gather_dtype
         self.rounding = rounding
+        # The rule of the device table's lookup when it runs on CPU, if
+        # vLLM's CPU code rounds otherwise than its kernel (NVFP4).
+        self.cpu_rounding = cpu_rounding or rounding
         self.row_bytes = table.row_elems * torch.empty((), dtype=out_dtype).element_size()
 
-    def fill(self, flat_ids: torch.Tensor, out: torch.Tensor, lo: int | None = None, hi: int | None = None) -> None:
+    def fill(self, flat_ids: torch.Tensor, out: torch.Tensor, lo: int | None = None, hi: int | None = None,
+             on_cpu: bool = False) -> None:
         """Writes the rows of ``flat_ids`` (CPU int64) into ``out`` (CPU,
         contiguous, ``len(flat_ids)`` rows of the storage dtype); with a
-        range, rows of ids outside ``[lo, hi)`` are zeros."""
+        range, rows of ids outside ``[lo, hi)`` are zeros. ``on_cpu``: as
+        the stock lookup computes them on CPU, not in its GPU kernel."""
         dst = out.view(self.gather_dtype) if self.gather_dtype != out.dtype else out
-        masked_gather(self.table, flat_ids, dst, self.gather_dtype, self.rounding, lo, hi)
+        rule = self.cpu_rounding if on_cpu else self.rounding
+        masked_gather(self.table, flat_ids, dst, self.gather_dtype, rule, lo, hi)
 
 
 def _vllm():
@@ -127,7 +134,9 @@ def _attach(module, s: Settings, dense_id: int, prefix: str, common) -> None:
     elif kind == "nvfp4":
         if table.encoding != "nvfp4":
             raise ConfigError(f"{what}: the model's PLE table is NVFP4 (ple_embedding_dtype nvfp4)")
-        served = Served(table, emb.params_dtype, emb.params_dtype, "exact")
+        # vLLM's GPU kernel computes (v * scale) * global, pleio's exact
+        # rule; its CPU path (dequantize_to_dtype) v * (scale * global).
+        served = Served(table, emb.params_dtype, emb.params_dtype, "exact", cpu_rounding="vllm")
     else:
         dtype = emb.weight.dtype
         if table.encoding not in ("bf16", "f16", "f32"):
@@ -180,12 +189,13 @@ def device_lookup(module, ids: torch.Tensor) -> torch.Tensor:
     out = torch.empty((*ids.shape, module.embedding_dim), dtype=srv.out_dtype, device=ids.device)
     flat = ids.reshape(-1).long().cpu()
     if flat.numel():
-        host = out if out.device.type == "cpu" else torch.empty(out.shape, dtype=out.dtype)
+        on_cpu = out.device.type == "cpu"
+        host = out if on_cpu else torch.empty(out.shape, dtype=out.dtype)
         if module.tp_size == 1:
-            srv.fill(flat, host)
+            srv.fill(flat, host, on_cpu=on_cpu)
         else:
             si = module.shard_indices
-            srv.fill(flat, host, si.org_vocab_start_index, si.org_vocab_end_index)
+            srv.fill(flat, host, si.org_vocab_start_index, si.org_vocab_end_index, on_cpu=on_cpu)
         if host is not out:
             out.copy_(host)
     return _reduce(module, out)
@@ -284,14 +294,18 @@ def patch() -> None:
             return orig_lookup(self, input_ids, output)
         return pinned_lookup(self, input_ids, output)
 
-    fp8 = common.Qwen4ExpPLEFp8EmbeddingMethod
-    orig_pwal = fp8.process_weights_after_loading
+    def check_after_loading(method_cls, check):
+        """``method_cls.process_weights_after_loading``, then ``check`` of a
+        served layer's loaded scale against its table."""
+        orig_pwal = method_cls.process_weights_after_loading
 
-    def process_weights_after_loading(self, layer):
-        orig_pwal(self, layer)
-        srv = getattr(layer, "_pleio", None)
-        if srv is not None:
-            check_fp8_scale(layer, srv)
+        def process_weights_after_loading(self, layer):
+            orig_pwal(self, layer)
+            srv = getattr(layer, "_pleio", None)
+            if srv is not None:
+                check(layer, srv)
+
+        method_cls.process_weights_after_loading = process_weights_after_loading
 
     ngram.__init__ = __init__
     ngram.load_weights = load_weights
@@ -299,7 +313,10 @@ def patch() -> None:
     wrap_alloc(pinned_cls, pinned=True)
     device_cls.forward = forward
     pinned_cls._lookup = _lookup
-    fp8.process_weights_after_loading = process_weights_after_loading
+    check_after_loading(common.Qwen4ExpPLEFp8EmbeddingMethod, check_fp8_scale)
+    nvfp4 = getattr(common, "Qwen4ExpPLENvFp4EmbeddingMethod", None)
+    if nvfp4 is not None:
+        check_after_loading(nvfp4, check_nvfp4_scale)
     weight_utils.should_skip_weight = should_skip_weight
     _PATCHED = True
 
@@ -332,6 +349,27 @@ def pinned_lookup(module, input_ids: torch.Tensor, output: torch.Tensor | None =
         else:
             srv.fill(flat.long(), output, si.org_vocab_start_index, si.org_vocab_end_index)
     return output
+
+
+def check_nvfp4_scale(layer, srv: Served) -> None:
+    """The NVFP4 global scale vLLM loaded (``weight_scale_2``) must be the
+    served table's: the table's exact rows equal ``(v * e4m3(block scale))
+    * global`` on a few rows."""
+    g = layer.weight_scale_2.detach().float().cpu().reshape(-1)[0]
+    n = min(64, srv.table.rows)
+    ids = torch.linspace(0, srv.table.rows - 1, n).long()
+    d = srv.table.row_elems
+    raw = pt.gather(srv.table, ids, dtype=torch.uint8)  # d/2 bytes of nibbles, then d/16 E4M3 scales
+    packed, scales = raw[:, : d // 2], raw[:, d // 2 :].view(torch.float8_e4m3fn).float()
+    codes = torch.stack((packed & 0x0F, packed >> 4), dim=-1).reshape(n, d)
+    lut = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+    want = (lut[codes.long()] * scales.repeat_interleave(16, dim=1)) * g
+    exact = pt.gather(srv.table, ids, dtype=torch.float32)
+    if not torch.equal(want, exact):
+        raise ConfigError(
+            f"pleio: the NVFP4 global scale (weight_scale_2) of {layer._pleio_prefix} in the model ({g.item()!r}) "
+            f"is not the scale of the table at {str(srv.table.path)!r}"
+        )
 
 
 def check_fp8_scale(layer, srv: Served) -> None:
