@@ -29,6 +29,8 @@ reports in docs/reports, so no figure there is typed by hand.
     python3 scripts/docs_gen.py remote-memory REPORT    # Redis memory per bucket size (remote_memory.py)
     python3 scripts/docs_gen.py cluster-paper REPORT    # the 100-node paper design (cluster_paper.py)
     python3 scripts/docs_gen.py redis-probe REPORT      # Redis alone: GETRANGE, Lua, huge pages (redis_probe.py)
+    python3 scripts/docs_gen.py publish-speed REPORT    # pleio publish against --in-flight (remote_speed.py publish)
+    python3 scripts/docs_gen.py remote-gather REPORT    # batches from Redis, huge pages or not (remote_speed.py gather)
 
 A generated block in a page of docs/ is
 
@@ -495,6 +497,39 @@ def redis_probe(path):
     return with_footer(path, "\n".join(out), rep)
 
 
+def publish_speed(path):
+    """scripts/remote_speed.py publish: upload time and rate against --in-flight, per target, and publishing again."""
+    rep = load(path)
+    targets = list(dict.fromkeys(x["target"] for x in rep["output"]))
+    head = ["`--in-flight`"] + [f"{t}: upload" for t in targets] + [f"{t}: again (all there)" for t in targets]
+    out = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    by = {(x["target"], x["in_flight"]): x for x in rep["output"]}
+    for k in sorted({x["in_flight"] for x in rep["output"]}):
+        cells = [str(k)]
+        cells += [f"{by[t, k]['publish_s']:.2f} s ({by[t, k]['mb_per_s']:,.0f} MB/s)" if (t, k) in by else "-"
+                  for t in targets]
+        cells += [f"{by[t, k]['again_s']:.2f} s" if (t, k) in by else "-" for t in targets]
+        out.append("| " + " | ".join(cells) + " |")
+    return with_footer(path, "\n".join(out), rep)
+
+
+def remote_gather(path):
+    """scripts/remote_speed.py gather: batches of raw rows from one server and a cluster, with and without huge pages."""
+    rep = load(path)
+    runs = rep["output"]
+    sizes = sorted({x["rows"] for x in runs})
+    out = ["| Redis | heap | " + " | ".join(f"{n} rows: median (p90)" for n in sizes) + " |",
+           "|---|---|" + "---:|" * len(sizes)]
+    by = {(x["target"], x["thp"], x["rows"]): x for x in runs}
+    for target, thp in dict.fromkeys((x["target"], x["thp"]) for x in runs):
+        huge = max(by[target, thp, n]["anon_huge_kib"] for n in sizes if (target, thp, n) in by)
+        heap = f"huge pages ({huge / 2**20:.2f} GiB)" if thp else "4 KiB pages"
+        cells = [f"{ms(by[target, thp, n]['median_us'])} ({ms(by[target, thp, n]['p90_us'])})"
+                 if (target, thp, n) in by else "-" for n in sizes]
+        out.append(f"| {target} | {heap} | " + " | ".join(cells) + " |")
+    return with_footer(path, "\n".join(out), rep)
+
+
 def cache_policies(path):
     """scripts/cache_policies.sh's replays, one row per budget and policy."""
     return output_table(
@@ -721,7 +756,8 @@ def med_of(xs):
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
-RENDERERS = {"remote-memory": remote_memory, "cluster-paper": cluster_paper, "redis-probe": redis_probe, "torch": torch_table, "transformers-rss": transformers_rss, "vllm-rss": vllm_rss, "bench": bench, "replay": replay,
+RENDERERS = {"remote-memory": remote_memory, "cluster-paper": cluster_paper, "redis-probe": redis_probe,
+             "publish-speed": publish_speed, "remote-gather": remote_gather, "torch": torch_table, "transformers-rss": transformers_rss, "vllm-rss": vllm_rss, "bench": bench, "replay": replay,
              "headline": headline, "demo-floors": demo, "cache-sim": cache_sim,
              "cache-policies": cache_policies, "cache-targets": cache_targets,
              "warm-coverage": warm_coverage, "bindings": bindings, "gather-sentence": gather_sentence,
