@@ -166,6 +166,56 @@ def test_tables_work_across_os_fork(big, strategy):
     assert run_child(FORK, big.path, strategy).strip().endswith("ok")
 
 
+FORK_MID_READ = """
+import os, sys, time
+import numpy as np
+import pleio
+
+path, strategy = sys.argv[1], sys.argv[2]
+t = pleio.open(path, strategy=strategy)
+ref = pleio.open(path, strategy="pread")
+assert np.array_equal(t.gather(np.arange(64)), ref.gather(np.arange(64)))
+for r in range(6):
+    # rows this handle has not read yet: the worker claims them and holds
+    # staging while it reads, and the fork lands at some point of that
+    ids = (np.arange(40000, dtype=np.int64) * (2 * r + 7919) + r) % t.rows
+    want = ref.gather(ids)
+    pending = t.prefetch(ids)
+    time.sleep(0.002 * r)
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            assert np.array_equal(t.gather(ids), want)
+        except BaseException as e:
+            print("child:", repr(e), flush=True)
+            code = 3
+        os._exit(code)
+    assert np.array_equal(pending.wait(), want)
+    deadline = time.monotonic() + 30
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0, (r, status)
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise SystemExit(f"round {r}: the child hung")
+        time.sleep(0.01)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("strategy", ["cached", "shared", "auto"])
+def test_a_child_forked_in_the_middle_of_a_read_gathers(big, strategy):
+    # Before: a child forked while the parent's prefetch worker had rows of
+    # the `cached` strategy's row cache claimed (or its staging on loan)
+    # waited forever for that worker, which the child does not have
+    # (8 of 10 such forks hung).
+    assert run_child(FORK_MID_READ, big.path, strategy).strip().endswith("ok")
+
+
 POOL = """
 import multiprocessing as mp, sys
 import numpy as np

@@ -231,7 +231,9 @@ mod tests {
             assert!(small.insert(k, slot as u32, &keys));
         }
         assert_eq!(small.buckets(), buckets_for(10));
-        assert!(!small.insert(5, 0, &keys));
+        // A full index refuses one more (`keys` holds the newcomer at its
+        // slot, as the contract asks).
+        assert!(!small.insert(5, 0, &[5]));
         assert!(Index::bytes_for(cap) >= buckets_for(cap) as u64 * 4);
     }
 

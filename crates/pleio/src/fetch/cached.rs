@@ -32,12 +32,13 @@
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use super::direct::{read_error, with_scratch, Kind, Picked, Scratch};
 use super::{with_staged, GatherError, GatherStats, Staged, Table};
 use crate::cache::{CachePolicy, Found, RowCache, Sizing};
 use crate::coalesce::{CoalesceError, Mode, Plan};
+use crate::io::process::PerProcess;
 use crate::io::{Engine, Extent, IoError, Read, Reader, ReaderConfig};
 use crate::layout::Layout;
 use crate::output::{Decoder, Out};
@@ -52,11 +53,14 @@ pub const DEFAULT_BUDGET: u64 = 256 << 20;
 const QUEUE_DEPTH: u32 = TUNING.cache_queue_depth;
 
 /// A handle's cache settings and the cache, made on first use (clones of
-/// the handle share it).
+/// the handle share it). Each process has its own cache: a child forked
+/// while another thread of the parent held a shard's lock, had rows
+/// claimed or staging on loan would wait forever for the parent's thread
+/// (which does not exist in the child) to let go; it starts empty instead.
 pub(super) struct CacheCell {
     pub(super) budget: u64,
     pub(super) policy: CachePolicy,
-    cache: OnceLock<Result<Arc<CachedReader>, String>>,
+    cache: PerProcess<Result<Arc<CachedReader>, String>>,
     /// The machine-wide cache's reader (strategy `shared`), same budget.
     pub(super) shared: super::shared::SharedCell,
 }
@@ -66,12 +70,12 @@ impl CacheCell {
         CacheCell {
             budget,
             policy,
-            cache: OnceLock::new(),
+            cache: PerProcess::lazy(),
             shared: super::shared::SharedCell::default(),
         }
     }
 
-    /// The cache if it has been made.
+    /// This process's cache if it has been made.
     pub(super) fn made(&self) -> Option<&CachedReader> {
         self.cache.get()?.as_ref().ok().map(|c| &**c)
     }
@@ -253,7 +257,7 @@ fn put_all(
 }
 
 impl Table {
-    /// The handle's cache, made on first use.
+    /// The handle's cache in this process, made on first use.
     pub(super) fn cached_reader(&self) -> Result<&CachedReader, GatherError> {
         let cell = &self.cache;
         cell.cache

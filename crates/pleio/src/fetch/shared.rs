@@ -23,7 +23,9 @@
 //! from a private `cached` cache, flagged as a fallback.
 
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
+
+use crate::io::process::PerProcess;
 
 use super::cached::{groups_of, Claimer, Claims, Group, MissReader};
 use super::direct::{with_scratch, Scratch};
@@ -37,10 +39,12 @@ use crate::output::Out;
 /// one row's reads need it).
 const STAGING: usize = 4 << 20;
 
-/// A handle's shared-cache reader, made on first use.
+/// A handle's shared-cache reader, made on first use in each process (a
+/// forked child must not wait on the parent's staging or locks; see
+/// `CacheCell`).
 #[derive(Default)]
 pub(super) struct SharedCell {
-    reader: OnceLock<Result<Arc<SharedReader>, String>>,
+    reader: PerProcess<Result<Arc<SharedReader>, String>>,
     /// Keep the segment when the last process detaches (set by
     /// [`Table::keep_shared_cache`]; else `PLEIO_SHARED_KEEP=1`).
     keep: std::sync::atomic::AtomicBool,

@@ -67,6 +67,28 @@ impl<T> PerProcess<T> {
         }
     }
 
+    /// The calling process's value if it has made one.
+    pub fn get(&self) -> Option<&T> {
+        let me = std::process::id();
+        let mut entry = &self.head;
+        loop {
+            if entry.pid == me {
+                if let Some(v) = &entry.value {
+                    return Some(v);
+                }
+            }
+            entry = entry.next.get()?;
+        }
+    }
+
+    /// [`PerProcess::get_or_try_init`] for a `make` that cannot fail.
+    pub fn get_or_init(&self, make: impl FnOnce() -> T) -> &T {
+        match self.get_or_try_init(|| Ok::<T, std::convert::Infallible>(make())) {
+            Ok(v) => v,
+            Err(never) => match never {},
+        }
+    }
+
     /// The calling process's value; in a process forked since the first
     /// value was made, `make`'s on first use (another thread of the same
     /// process racing it keeps the first one made). An error from `make`
@@ -100,6 +122,13 @@ impl<T> PerProcess<T> {
                 }
             };
         }
+    }
+}
+
+impl<T> Default for PerProcess<T> {
+    /// [`PerProcess::lazy`].
+    fn default() -> PerProcess<T> {
+        PerProcess::lazy()
     }
 }
 
@@ -142,7 +171,9 @@ mod tests {
             p.get_or_try_init(|| Err::<u32, &str>("no")).unwrap_err(),
             "no"
         );
+        assert_eq!(p.get(), None);
         assert_eq!(*p.get_or_try_init(|| Ok::<_, ()>(3)).unwrap(), 3);
+        assert_eq!(p.get(), Some(&3));
         assert_eq!(
             *p.get_or_try_init(|| -> Result<u32, ()> { panic!("made again") })
                 .unwrap(),
@@ -155,6 +186,7 @@ mod tests {
         // What a forked child sees: the first entry belongs to another pid.
         let mut p = PerProcess::new(1u32);
         p.head.pid = p.head.pid.wrapping_add(1);
+        assert_eq!(p.get(), None);
         assert_eq!(
             p.get_or_try_init(|| Err::<u32, &str>("no")).unwrap_err(),
             "no"
