@@ -12,24 +12,12 @@ scripts/reportmeta.py):
 
 import argparse
 import json
-import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def info(port):
-    out = subprocess.run(["redis-cli", "-p", str(port), "info", "memory"],
-                         capture_output=True, text=True, check=True).stdout
-    return {k: v for k, _, v in (l.strip().partition(":") for l in out.splitlines()) if v}
+from redis_servers import Servers, info, synth_table
 
 
 def main():
@@ -38,32 +26,19 @@ def main():
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--buckets", default="16384,65536,262144,1048576,4194304")
     a = ap.parse_args()
-    exe = shutil.which("redis-server")
-    if not exe:
-        raise SystemExit("remote_memory: no redis-server in PATH (apt-get install redis-server)")
     with tempfile.TemporaryDirectory() as d:
-        table = Path(d) / "q.gguf"
-        subprocess.run([a.pleio, "synth", "--rows", str(a.rows), "--seed", "3", "-o", str(table)],
-                       check=True, capture_output=True)
+        table = synth_table(a.pleio, a.rows, Path(d) / "q.gguf")
         inspect = json.loads(subprocess.run([a.pleio, "inspect", "--json", str(table)],
                                             check=True, capture_output=True, text=True).stdout)["table"]
         table_bytes = inspect["rows"] * inspect["row_bytes"]
         for b in [int(x) for x in a.buckets.split(",")]:
-            port = free_port()
-            srv = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                    "--appendonly", "no", "--dir", d],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            servers = Servers(1, Path(d) / f"b{b}")
+            port = servers.ports[0]
             try:
-                for _ in range(200):
-                    try:
-                        socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                        break
-                    except OSError:
-                        time.sleep(0.05)
                 before = info(port)
                 t0 = time.perf_counter()
                 pub = json.loads(subprocess.run(
-                    [a.pleio, "publish", str(table), f"redis://127.0.0.1:{port}/q", "--bucket-bytes", str(b), "--json"],
+                    [a.pleio, "publish", str(table), servers.url("q"), "--bucket-bytes", str(b), "--json"],
                     check=True, capture_output=True, text=True).stdout)["published"]
                 seconds = time.perf_counter() - t0
                 after = info(port)
@@ -76,8 +51,7 @@ def main():
                     "publish_seconds": seconds,
                 }), flush=True)
             finally:
-                srv.kill()
-                srv.wait()
+                servers.stop()
 
 
 if __name__ == "__main__":

@@ -29,81 +29,12 @@ kept (the machine's other work only ever slows a run down).
 import argparse
 import json
 import os
-import random
-import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-
-def free_port():
-    """A free loopback port whose cluster bus port (+10000) is valid too."""
-    for port in range(random.randrange(20000, 50000), 55000):
-        try:
-            for p in (port, port + 10000):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-            return port
-        except OSError:
-            continue
-    raise SystemExit("remote_speed: no free port pair")
-
-
-def cli(port, *args):
-    return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True,
-                          check=True).stdout
-
-
-def wait_up(port):
-    for _ in range(400):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"remote_speed: redis-server on port {port} did not start")
-
-
-class Servers:
-    """`n` redis-servers on loopback (a cluster when n > 1), stopped by pid."""
-
-    def __init__(self, exe, n, d, thp=False):
-        self.ports, self.procs = [], []
-        env = dict(os.environ, MALLOC_CONF="thp:always,metadata_thp:always") if thp else None
-        for i in range(n):
-            port = free_port()
-            node_dir = Path(d) / f"node{i}"
-            node_dir.mkdir(parents=True)
-            args = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                    "--dir", str(node_dir)]
-            if n > 1:
-                args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-            if thp:
-                args += ["--disable-thp", "no"]
-            self.procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
-            self.ports.append(port)
-        for p in self.ports:
-            wait_up(p)
-        if n > 1:
-            subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in self.ports],
-                            "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, check=True)
-            for _ in range(400):
-                if all("cluster_state:ok" in cli(p, "cluster", "info") for p in self.ports):
-                    break
-                time.sleep(0.05)
-            else:
-                raise SystemExit("remote_speed: the cluster did not reach cluster_state:ok")
-
-    def flush(self):
-        for p in self.ports:
-            cli(p, "flushall")
-
-    def stop(self):
-        for s in self.procs:
-            s.kill()
-            s.wait()
+from redis_servers import Servers, synth_table
 
 
 def publish(pleio, table, url, in_flight):
@@ -116,21 +47,18 @@ def publish(pleio, table, url, in_flight):
 def the_table(a, d):
     if a.table:
         return Path(os.path.expanduser(a.table))
-    table = Path(d) / "q.gguf"
-    subprocess.run([a.pleio, "synth", "--rows", str(a.rows), "--seed", "3", "-o", str(table)],
-                   check=True, capture_output=True)
-    return table
+    return synth_table(a.pleio, a.rows, Path(d) / "q.gguf")
 
 
 TARGETS = (("one server", 1), ("3-master cluster", 3))
 
 
-def publish_runs(a, exe, d):
+def publish_runs(a, d):
     table = the_table(a, d)
     for target, n in TARGETS:
-        servers = Servers(exe, n, Path(d) / f"p{n}")
+        servers = Servers(n, Path(d) / f"p{n}")
         try:
-            url = f"redis://127.0.0.1:{servers.ports[0]}/t"
+            url = servers.url("t")
             for k in [int(x) for x in a.in_flight.split(",")]:
                 fresh, again = [], []
                 for _ in range(a.repeat):
@@ -153,7 +81,7 @@ def publish_runs(a, exe, d):
             servers.stop()
 
 
-def gather_runs(a, exe, d):
+def gather_runs(a, d):
     table = the_table(a, d)
     example = subprocess.run(["cargo", "build", "--release", "-q", "-p", "pleio-benches", "--example",
                               "remote_gather", "--message-format", "json"], check=True, capture_output=True,
@@ -162,20 +90,17 @@ def gather_runs(a, exe, d):
                     if '"executable":"' in l and "remote_gather" in l)
     for target, n in TARGETS:
         for thp in (False, True):
-            servers = Servers(exe, n, Path(d) / f"g{n}{'h' if thp else ''}", thp=thp)
+            servers = Servers(n, Path(d) / f"g{n}{'h' if thp else ''}", thp=thp)
             try:
-                url = f"redis://127.0.0.1:{servers.ports[0]}/t"
+                url = servers.url("t")
                 publish(a.pleio, table, url, 4)
                 for rows in (16, 1792):
-                    out = subprocess.run([exe_path, url, str(rows), str(a.batches)], check=True,
-                                         capture_output=True, text=True).stdout
-                    # "N rows x B batches from URL: median X us, p90 Y us"
-                    med = float(out.split("median ")[1].split(" us")[0])
-                    p90 = float(out.split("p90 ")[1].split(" us")[0])
+                    got = json.loads(subprocess.run([exe_path, url, str(rows), str(a.batches), "--json"],
+                                                    check=True, capture_output=True, text=True).stdout)
                     huge = sum(int(l.split()[1]) for p in servers.procs
                                for l in open(f"/proc/{p.pid}/smaps_rollup") if l.startswith("AnonHugePages:"))
                     print(json.dumps({"target": target, "thp": thp, "rows": rows, "batches": a.batches,
-                                      "median_us": med, "p90_us": p90, "anon_huge_kib": huge}), flush=True)
+                                      "median_us": got["median_us"], "p90_us": got["p90_us"], "anon_huge_kib": huge}), flush=True)
             finally:
                 servers.stop()
 
@@ -190,11 +115,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=2, help="publish: runs per value")
     ap.add_argument("--batches", type=int, default=300, help="gather: batches per size")
     a = ap.parse_args()
-    exe = shutil.which("redis-server")
-    if not exe:
-        raise SystemExit("remote_speed: no redis-server in PATH (apt-get install redis-server)")
     with tempfile.TemporaryDirectory() as d:
-        (publish_runs if a.what == "publish" else gather_runs)(a, exe, d)
+        (publish_runs if a.what == "publish" else gather_runs)(a, d)
 
 if __name__ == "__main__":
     main()

@@ -42,15 +42,15 @@ import json
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+from redis_servers import Servers
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("PLEIO_CACHE_DIR", Path.home() / ".cache" / "pleio"))
@@ -420,21 +420,6 @@ class ServerEngine(Engine):
         return {"daemon": "service-ple-server", "daemon_peak_rss_kib": stop(self.daemon).get("VmHWM", 0)}
 
 
-def start_redis(port, work, cluster=False):
-    """A redis-server on 127.0.0.1:port (a cluster node with `cluster`), waited for."""
-    extra = ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf"] if cluster else []
-    proc = subprocess.Popen([shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind",
-                             "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", work, *extra],
-                            stdout=open(Path(work) / f"redis-{port}.log", "ab"), stderr=subprocess.STDOUT)
-    for _ in range(400):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            return proc
-        except OSError:
-            time.sleep(0.05)
-    return proc
-
-
 class PleioRedisEngine(Engine):
     """pleio reading the table from Redis: one redis-server on loopback (the counterpart of
     service-ple-server, one RAM server), the table uploaded by `pleio publish` (a setup cost, as the
@@ -446,21 +431,10 @@ class PleioRedisEngine(Engine):
 
     def __init__(self, lay, a):
         import pleio
-        self.ports = [PORT + 7 + i for i in range(self.masters)]
-        for p in self.ports:  # a previous run's cluster files
-            (Path(a.work) / f"nodes-{p}.conf").unlink(missing_ok=True)
-        self.daemons = [start_redis(p, a.work, cluster=self.masters > 1) for p in self.ports]
-        self.daemon = self.daemons[0]
-        if self.masters > 1:
-            subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in self.ports],
-                            "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True)
-            for _ in range(300):
-                states = [subprocess.run(["redis-cli", "-p", str(p), "cluster", "info"], capture_output=True,
-                                         text=True).stdout for p in self.ports]
-                if all("cluster_state:ok" in x for x in states):
-                    break
-                time.sleep(0.1)
-        self.url = f"redis://127.0.0.1:{self.ports[0]}/bench"
+        self.servers = Servers(self.masters, Path(a.work) / f"redis-{self.masters}",
+                               ports=[PORT + 7 + i for i in range(self.masters)])
+        self.daemon = self.servers.procs[0]
+        self.url = self.servers.url("bench")
         t0 = time.perf_counter()
         subprocess.run([a.pleio, "publish", a.table, self.url, "--json"], check=True, capture_output=True)
         self.setup = {"publish_s": time.perf_counter() - t0}
@@ -473,13 +447,10 @@ class PleioRedisEngine(Engine):
         return self.t.gather(ids, out=self.buf[:len(ids)], dtype="raw")
 
     def close(self):
-        used = 0
-        for p in self.ports:
-            info = subprocess.run(["redis-cli", "-p", str(p), "info", "memory"], capture_output=True,
-                                  text=True).stdout
-            used += next((int(l.split(":")[1]) for l in info.splitlines() if l.startswith("used_memory:")), 0)
+        used = self.servers.used_memory()
         self.t = None
-        peaks = [stop(d).get("VmHWM", 0) for d in self.daemons]
+        peaks = [stop(d).get("VmHWM", 0) for d in self.servers.procs]
+        self.servers.stop()
         return {"daemon": "redis-server", "daemon_peak_rss_kib": sum(peaks), "redis_used_memory": used,
                 "redis_masters": self.masters}
 

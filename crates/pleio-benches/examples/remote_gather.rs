@@ -1,18 +1,22 @@
 //! Gathers batches of random rows from a table in Redis and prints the
 //! median and 90th percentile per batch (docs/remote.md: where the time of
 //! a 1792-row batch goes, read beside the server's `INFO commandstats` and
-//! its process's CPU time).
+//! its process's CPU time). With `--json`, one JSON object instead
+//! (`rows`, `batches`, `median_us`, `p90_us`: what scripts/remote_speed.py
+//! reads).
 //!
 //!     cargo run --release -p pleio-benches --example remote_gather -- \
-//!         redis://127.0.0.1:PORT/NAME [ROWS=1792] [BATCHES=200] [STRATEGY=auto]
+//!         redis://127.0.0.1:PORT/NAME [ROWS=1792] [BATCHES=200] [STRATEGY=auto] [--json]
 
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let a: Vec<String> = std::env::args().collect();
-    let url = a
-        .get(1)
-        .ok_or("usage: remote_gather redis://HOST:PORT/NAME [ROWS] [BATCHES] [STRATEGY]")?;
+    let args: Vec<String> = std::env::args().collect();
+    let json = args.iter().any(|s| s == "--json");
+    let a: Vec<&String> = args.iter().filter(|s| *s != "--json").collect();
+    let url = a.get(1).ok_or(
+        "usage: remote_gather redis://HOST:PORT/NAME [ROWS] [BATCHES] [STRATEGY] [--json]",
+    )?;
     let n: usize = a.get(2).map_or(Ok(1792), |s| s.parse())?;
     let batches: usize = a.get(3).map_or(Ok(200), |s| s.parse())?;
     let strategy: pleio::Strategy = a.get(4).map_or(Ok(pleio::Strategy::Auto), |s| s.parse())?;
@@ -26,12 +30,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t.gather_as(pleio::Dtype::Raw, &rows, &mut out)?;
         times.push(s.elapsed().as_secs_f64() * 1e6);
     }
+    if times.is_empty() {
+        return Err("BATCHES must be at least 1".into());
+    }
     times.sort_by(f64::total_cmp);
-    println!(
-        "{n} rows x {batches} batches from {}: median {:.1} us, p90 {:.1} us",
-        t.path().display(),
-        times[times.len() / 2],
-        times[times.len() * 9 / 10]
-    );
+    let (median, p90) = (times[times.len() / 2], times[times.len() * 9 / 10]);
+    if json {
+        println!(
+            "{{\"rows\": {n}, \"batches\": {batches}, \"median_us\": {median:.1}, \"p90_us\": {p90:.1}}}"
+        );
+    } else {
+        println!(
+            "{n} rows x {batches} batches from {}: median {median:.1} us, p90 {p90:.1} us",
+            t.path().display(),
+        );
+    }
     Ok(())
 }
