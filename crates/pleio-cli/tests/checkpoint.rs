@@ -11,6 +11,7 @@ use common::{disk_dir, ok, p, pleio};
 use pleio::checkpoint::CheckpointTable;
 use pleio::quant::convert::{f32_to_bf16, f32_to_f16};
 use pleio::quant::encoding::EncodingDecoder;
+use pleio::safetensors::SafetensorsFile;
 use pleio_lab::synth_ckpt::read_row_parts;
 use serde_json::Value;
 
@@ -328,5 +329,72 @@ fn replay_bench_and_residency_run_on_a_checkpoint() {
         ]))
         .unwrap();
         assert!(j["rows_read"].as_u64().unwrap() > 0, "{strategy}: {j}");
+    }
+}
+
+#[test]
+fn synth_writes_an_nvfp4_global_scale_per_shard_or_per_table() {
+    let dir = disk_dir();
+    let mut values = Vec::new();
+    for (name, at) in [("shard", "shard"), ("table", "table")] {
+        let ck = dir.path().join(name);
+        ok(&[
+            "synth",
+            "--format",
+            "safetensors",
+            "--encoding",
+            "nvfp4",
+            "--rows",
+            "5000",
+            "--nvfp4-scale-2",
+            at,
+            "-o",
+            p(&ck),
+        ]);
+        let ct = CheckpointTable::open(&ck).unwrap();
+        let table_level = ct
+            .files
+            .iter()
+            .flat_map(|f| SafetensorsFile::open(f).unwrap().tensors().to_vec())
+            .filter(|t| t.name.ends_with("weight_scale_2"))
+            .map(|t| t.name.ends_with("ngram_embedding.weight_scale_2"))
+            .collect::<Vec<_>>();
+        match at {
+            "shard" => assert!(table_level.len() == 128 && !table_level.contains(&true)),
+            _ => assert_eq!(table_level, [true]),
+        }
+        let j: Value = serde_json::from_str(&ok(&["inspect", "--json", p(&ck)])).unwrap();
+        assert_eq!(
+            j["table"]["scale"]["nvfp4_weight_scale_2"].as_f64(),
+            Some(f64::from(1.0f32 / 2688.0)),
+            "{j}"
+        );
+        let t = pleio::Table::open(&ck).unwrap();
+        let ids: Vec<u64> = (0..t.rows()).step_by(7).collect();
+        let mut out = vec![0f32; ids.len() * t.row_elems()];
+        t.gather(&ids, &mut out).unwrap();
+        values.push(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+    }
+    assert!(values[0] == values[1], "the two layouts decode alike");
+    // One spelling of the global scale is refused for other encodings;
+    // an unknown place is named.
+    for (enc, at, says) in [
+        ("fp8", "table", "is for --encoding nvfp4"),
+        ("nvfp4", "layer", "unknown --nvfp4-scale-2"),
+    ] {
+        let out = pleio(&[
+            "synth",
+            "--format",
+            "safetensors",
+            "--encoding",
+            enc,
+            "--nvfp4-scale-2",
+            at,
+            "-o",
+            p(&dir.path().join("x")),
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{err}");
+        assert!(!dir.path().join("x").exists());
     }
 }

@@ -276,6 +276,10 @@ pub struct CkptSpec {
     /// bits instead of the BF16 [`FP8_SCALE_BF16`] (engines round an F32
     /// scale to the output type first: see `pleio::Rounding`).
     pub fp8_scale_f32_bits: Option<u32>,
+    /// [`CkptEncoding::Nvfp4`]: write one table-level
+    /// `ngram_embedding.weight_scale_2` (vLLM 0.33's layout, the only one
+    /// its loader takes) instead of the release's equal scalar per shard.
+    pub nvfp4_table_scale: bool,
 }
 
 impl CkptSpec {
@@ -292,6 +296,7 @@ impl CkptSpec {
             ple_layers: RELEASED_PLE_LAYER_IDS.to_vec(),
             shard_rows: ShardRows::Even,
             fp8_scale_f32_bits: None,
+            nvfp4_table_scale: false,
         }
     }
 
@@ -816,7 +821,7 @@ fn plan(spec: &CkptSpec, layout: &CkptLayout) -> Result<Vec<Vec<Planned>>, Synth
                     },
                 });
             }
-            if enc == CkptEncoding::Nvfp4 {
+            if enc == CkptEncoding::Nvfp4 && !spec.nvfp4_table_scale {
                 files[f].push(Planned {
                     name: enc.shard_name(l.layer, i, "weight_scale_2"),
                     dtype: Dtype::F32,
@@ -830,6 +835,14 @@ fn plan(spec: &CkptSpec, layout: &CkptLayout) -> Result<Vec<Vec<Planned>>, Synth
     unrelated(last, &mut rng);
     for l in &layout.layers {
         let prefix = enc.prefix(l.layer);
+        if enc == CkptEncoding::Nvfp4 && spec.nvfp4_table_scale {
+            last.push(Planned {
+                name: format!("{prefix}ngram_embedding.weight_scale_2"),
+                dtype: Dtype::F32,
+                shape: vec![],
+                source: Source::Bytes(NVFP4_GLOBAL.to_le_bytes().to_vec()),
+            });
+        }
         if enc == CkptEncoding::Fp8 {
             let (dtype, bytes) = match spec.fp8_scale_f32_bits {
                 Some(s) => (Dtype::F32, s.to_le_bytes().to_vec()),

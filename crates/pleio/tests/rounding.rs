@@ -218,6 +218,53 @@ fn vllm_rule_on_nvfp4_tables_every_strategy() {
 }
 
 #[test]
+fn an_nvfp4_table_scale_serves_what_per_shard_scales_do() {
+    // `pleio synth --nvfp4-scale-2 table`: vLLM 0.33's layout, one
+    // table-level global scale; same rows, same values, every rule.
+    let fx = |table| {
+        CkptFixture::of_spec(CkptSpec {
+            shards: 8,
+            nvfp4_table_scale: table,
+            ..CkptSpec::new(CkptEncoding::Nvfp4, 3000, 2, 36)
+        })
+    };
+    let (shard, table) = (fx(false), fx(true));
+    let names = |f: &CkptFixture| -> Vec<String> {
+        let mut n = Vec::new();
+        for e in std::fs::read_dir(&f.path).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "safetensors") {
+                let st = pleio::safetensors::SafetensorsFile::open(&p).unwrap();
+                n.extend(
+                    st.tensors()
+                        .iter()
+                        .map(|t| t.name.clone())
+                        .filter(|n| n.ends_with("weight_scale_2")),
+                );
+            }
+        }
+        n
+    };
+    let (ns, nt) = (names(&shard), names(&table));
+    assert_eq!(ns.len(), 8, "{ns:?}");
+    assert!(
+        nt.len() == 1 && nt[0].ends_with("ngram_embedding.weight_scale_2"),
+        "{nt:?}"
+    );
+    check("nvfp4, table scale", &table, Rounding::Vllm);
+    let ids = rows(shard.rows);
+    for rule in [Rounding::Exact, Rounding::Vllm] {
+        let gather = |f: &CkptFixture| {
+            let t = OpenOptions::new().rounding(rule).open(&f.path).unwrap();
+            let mut out = vec![0u8; t.out_bytes(Dtype::F32, ids.len()).unwrap()];
+            t.gather_as(Dtype::F32, &ids, &mut out).unwrap();
+            out
+        };
+        assert!(gather(&shard) == gather(&table), "{rule:?}");
+    }
+}
+
+#[test]
 fn mlx_rule_on_mlx4_tables_every_strategy() {
     let fx = CkptFixture::new(CkptEncoding::Mlx4, 3000, 8, 3, 34);
     let [bf, _] = check("mlx4", &fx, Rounding::Mlx);

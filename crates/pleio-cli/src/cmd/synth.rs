@@ -74,6 +74,11 @@ pub struct Args {
     /// output type first: see `pleio gather --rounding`).
     #[arg(long, value_name = "F32")]
     fp8_scale: Option<f32>,
+    /// `--encoding nvfp4`: where the global scale (`weight_scale_2`) goes:
+    /// shard (the release: an equal scalar in every shard) or table (one
+    /// `ngram_embedding.weight_scale_2`, the only layout vLLM 0.33 loads).
+    #[arg(long, value_name = "shard|table", default_value = "shard")]
+    nvfp4_scale_2: String,
     /// Architecture whose metadata and table shape to write.
     #[arg(long, value_enum, default_value = "qwen4exp")]
     arch: ArchArg,
@@ -237,7 +242,14 @@ fn run_checkpoint(a: Args) -> Result<()> {
             bail!("--fp8-scale {s}: a scale is finite and positive");
         }
     }
+    let nvfp4_table_scale = match a.nvfp4_scale_2.as_str() {
+        "shard" => false,
+        "table" if encoding == CkptEncoding::Nvfp4 => true,
+        "table" => bail!("--nvfp4-scale-2 table is for --encoding nvfp4"),
+        other => bail!("unknown --nvfp4-scale-2 {other:?} (shard, table)"),
+    };
     let spec = CkptSpec {
+        nvfp4_table_scale,
         sparse: a.sparse,
         shards: a.shards,
         ple_layers: a.ple_layers.clone(),
