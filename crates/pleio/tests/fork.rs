@@ -142,3 +142,47 @@ fn every_strategy_works_in_parent_and_children_after_fork() {
         assert_eq!(wait_child(pid), Some(0), "child {pid}");
     }
 }
+
+#[test]
+fn a_child_forked_while_the_worker_reads_for_the_row_cache_gathers() {
+    // The fork lands while the parent's lookahead worker has rows of the
+    // `cached` strategy's row cache claimed and its staging on loan (rows
+    // no gather read before). A child that inherited that cache waited
+    // forever for the worker, which it does not have; it now starts a
+    // cache of its own.
+    let fx = Fixture::qwen_on_disk(200_000, 19);
+    for strategy in [Strategy::Cached, Strategy::Auto] {
+        let t = fx.reader().with_strategy(strategy);
+        let l = t.lookahead().unwrap();
+        let first: Vec<u64> = (0..64).collect();
+        assert_eq!(
+            l.prefetch(&first).wait().unwrap().data,
+            fx.reference(&first)
+        );
+        for r in 0..6u64 {
+            let ids: Vec<u64> = (0..40_000u64)
+                .map(|i| (i * (2 * r + 7919) + r) % 200_000)
+                .collect();
+            let want = fx.reference(&ids);
+            let pending = l.prefetch(&ids);
+            std::thread::sleep(Duration::from_millis(2 * r));
+            // SAFETY: fork; the child only runs the code below and leaves
+            // with _exit, never returning into the test harness.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let _dog = watchdog("a child forked mid-read");
+                    let mut out = vec![0f32; want.len()];
+                    t.gather(&ids, &mut out).unwrap();
+                    i32::from(out != want)
+                }))
+                .unwrap_or(1);
+                // SAFETY: leaves the child without running the harness's exit.
+                unsafe { libc::_exit(code) };
+            }
+            assert_eq!(pending.wait().unwrap().data, want);
+            assert_eq!(wait_child(pid), Some(0), "{} round {r}", strategy.name());
+        }
+    }
+}
