@@ -16,7 +16,8 @@ the minimum.
 import json
 import sys
 
-ORDER = ["fault", "advise", "pread", "uring", "uring-direct", "pool", "auto", "cached", "limit", "qd1-page"]
+ORDER = ["fault", "advise", "pread", "uring", "uring-direct", "pool", "auto", "cached", "shared", "redis",
+         "redis-shared", "limit", "qd1-page"]
 
 
 def fmt_us(us):

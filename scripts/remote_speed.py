@@ -21,6 +21,15 @@ with the servers' heap on 4 KiB pages and on transparent huge pages
         python3 scripts/remote_speed.py gather --pleio target/release/pleio \\
         --table ~/.cache/pleio/rivals/fp8-8M
 
+bench: `pleio bench TABLE --redis URL` against a 3-master cluster on huge
+pages (the fastest setup above): the file's strategies and the table in
+Redis, straight (`redis`) and behind the machine-wide cache
+(`redis-shared`), on the same row lists in one run, every output checked
+bit for bit. The report is pleio's own, its command this one:
+
+    python3 scripts/remote_speed.py bench --pleio target/release/pleio \\
+        --table ~/.cache/pleio/rivals/fp8-8M --json docs/reports/bench-redis.json
+
 Without --table a synthetic IQ4_NL table of --rows rows is used (`pleio
 synth`). Runs are sequential; for publish the fastest of --repeat runs is
 kept (the machine's other work only ever slows a run down).
@@ -30,6 +39,7 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -105,18 +115,43 @@ def gather_runs(a, d):
                 servers.stop()
 
 
+def bench_run(a, d):
+    if not a.json:
+        raise SystemExit("remote_speed.py bench: --json OUT is required (the report)")
+    table = the_table(a, d)
+    servers = Servers(3, Path(d) / "b3h", thp=True)
+    try:
+        url = servers.url("t")
+        publish(a.pleio, table, url, 4)
+        out = Path(a.json).resolve()
+        subprocess.run([a.pleio, "bench", str(table), "--redis", url, "--rows", "16,1792",
+                        "--batches", str(a.bench_batches), "--strategies", a.strategies, "--dtype", "raw",
+                        "--json", str(out), "--force"], check=True)
+    finally:
+        servers.stop()
+    rep = json.loads(out.read_text())
+    # The footer names the command that reproduces the run (this one), not
+    # pleio's own, whose address was a port picked here.
+    rep["run"]["argv"] = ["scripts/remote_speed.py"] + sys.argv[1:]
+    rep["redis_setup"] = "a 3-master Redis Cluster on loopback, heap on transparent huge pages"
+    out.write_text(json.dumps(rep, indent=2) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["publish", "gather"])
+    ap.add_argument("what", choices=["publish", "gather", "bench"])
     ap.add_argument("--pleio", default="target/release/pleio")
     ap.add_argument("--table", help="the table to publish (default: a synthetic IQ4_NL table)")
     ap.add_argument("--rows", type=int, default=4_000_000)
     ap.add_argument("--in-flight", default="1,2,4,8,16", help="publish: the --in-flight values")
     ap.add_argument("--repeat", type=int, default=2, help="publish: runs per value")
     ap.add_argument("--batches", type=int, default=300, help="gather: batches per size")
+    ap.add_argument("--bench-batches", type=int, default=30, help="bench: row lists per size")
+    ap.add_argument("--strategies", default="fault,auto,shared", help="bench: the file's strategies")
+    ap.add_argument("--json", help="bench: where pleio bench writes its report")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        (publish_runs if a.what == "publish" else gather_runs)(a, d)
+        {"publish": publish_runs, "gather": gather_runs, "bench": bench_run}[a.what](a, d)
 
 if __name__ == "__main__":
     main()

@@ -188,3 +188,91 @@ fn several_processes_publish_at_once() {
     assert_eq!(again["published"]["uploaded"], 0, "{again}");
     assert_eq!(again["published"]["repaired"], 0, "{again}");
 }
+
+#[test]
+fn bench_measures_the_redis_copy_beside_the_file_and_checks_its_rows() {
+    if let Some(why) = pleio_testkit::redis::unavailable() {
+        pleio_testkit::skip!("{why}");
+    }
+    let server = Server::standalone(None).unwrap();
+    let dir = disk_dir();
+    let (a, b, small) = (
+        dir.path().join("a.gguf"),
+        dir.path().join("b.gguf"),
+        dir.path().join("small.gguf"),
+    );
+    ok(&["synth", "--rows", "30000", "--seed", "3", "-o", p(&a)]);
+    ok(&["synth", "--rows", "30000", "--seed", "4", "-o", p(&b)]);
+    ok(&["synth", "--rows", "20000", "--seed", "3", "-o", p(&small)]);
+    let url = |name: &str| format!("redis://{}/{name}", server.addr());
+    for (file, name) in [(&a, "a"), (&b, "b"), (&small, "small")] {
+        ok(&["publish", p(file), &url(name)]);
+    }
+    let bench = |name: &str| {
+        pleio(&[
+            "bench",
+            p(&a),
+            "--rows",
+            "16,300",
+            "--batches",
+            "2",
+            "--strategies",
+            "fault",
+            "--redis",
+            &url(name),
+            "--json",
+            "-",
+        ])
+    };
+
+    let out = bench("a");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["redis"], url("a"), "{j}");
+    for arm in ["redis", "redis-shared"] {
+        for cold in [true, false] {
+            for rows in [16, 300] {
+                let a = j["arms"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|x| x["strategy"] == arm && x["cold"] == cold && x["rows"] == rows)
+                    .unwrap_or_else(|| panic!("no {arm} arm, cold {cold}, {rows} rows: {j}"));
+                assert!(a["samples"].as_u64().unwrap() >= 2, "{a}");
+                assert!(a["ratio_to_fault"].as_f64().unwrap() > 0.0, "{a}");
+                // Nothing read from this machine's device: rows came from Redis.
+                assert_eq!(a["major_faults"], 0.0, "{a}");
+            }
+        }
+    }
+    let warm_shared = j["arms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["strategy"] == "redis-shared" && x["cold"] == false && x["rows"] == 300)
+        .unwrap();
+    assert_eq!(warm_shared["cache_misses"], 0.0, "{warm_shared}");
+
+    // Another table of the same geometry: its rows differ, and the run
+    // fails on the first batch, naming the arm.
+    let out = bench("b");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("redis") && err.contains("fault"), "{err}");
+
+    // Another geometry: refused before anything is measured.
+    let out = bench("small");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("20000 rows") && err.contains("30000 rows") && err.contains("pleio publish"),
+        "{err}"
+    );
+    assert!(
+        fails(&["bench", p(&a), "--redis", &url("a"), "--mem-cap", "1G"]).contains("--mem-cap")
+    );
+}

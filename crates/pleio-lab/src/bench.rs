@@ -70,7 +70,7 @@ pub enum BenchError {
         want: usize,
     },
     /// Two arms decoded the same rows to different bits.
-    #[error("{strategy} gave different f32 bits than {reference} for the same {rows} rows (batch {batch}, {phase})")]
+    #[error("{strategy} wrote different bits than {reference} for the same {rows} rows (batch {batch}, {phase})")]
     Mismatch {
         /// The arm that differs.
         strategy: &'static str,
@@ -446,6 +446,8 @@ pub struct Report {
     pub residency: ResidencyCosts,
     /// The floor's queue-depth sweep (with a `limit` arm).
     pub floor: Option<DepthSweep>,
+    /// The Redis address of the `redis` arms (password hidden).
+    pub remote: Option<String>,
     /// Every arm, by size, cold before warm.
     pub arms: Vec<Arm>,
 }
@@ -620,7 +622,33 @@ pub struct Bench {
     reader: Table,
     evictor: Evictor,
     page: u64,
+    /// The same table published in Redis ([`Bench::with_remote`]).
+    remote: Option<Table>,
 }
+
+/// One measured arm: a strategy on the benched file, or on its copy in
+/// Redis (`remote`).
+#[derive(Debug, Clone, Copy)]
+struct Lane {
+    name: &'static str,
+    strategy: Strategy,
+    remote: bool,
+}
+
+/// The arms of the Redis copy: every row from the store, and the
+/// machine-wide cache in front of it.
+const REMOTE_LANES: [Lane; 2] = [
+    Lane {
+        name: "redis",
+        strategy: Strategy::Fault,
+        remote: true,
+    },
+    Lane {
+        name: "redis-shared",
+        strategy: Strategy::Shared,
+        remote: true,
+    },
+];
 
 impl std::fmt::Debug for Bench {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -679,7 +707,38 @@ impl Bench {
             evictor: Evictor::of_table(&reader)?,
             reader,
             page,
+            remote: None,
         })
+    }
+
+    /// Adds the arms `redis` (every row read from the store) and
+    /// `redis-shared` (the machine-wide cache in front of it, emptied
+    /// before each cold batch) on the table published at `url`, which
+    /// must hold the benched table (`pleio publish FILE URL`): the same
+    /// geometry here, the same bytes out (checked like every arm).
+    pub fn with_remote(mut self, url: &str) -> Result<Bench, BenchError> {
+        let remote = Table::open(url).map_err(|error| BenchError::Gather {
+            strategy: "redis",
+            error,
+        })?;
+        let (here, there) = (&self.reader, &remote);
+        if (here.rows(), here.row_elems(), here.row_bytes())
+            != (there.rows(), there.row_elems(), there.row_bytes())
+        {
+            return Err(BenchError::Config(format!(
+                "{} holds {} rows of {} elements ({} bytes each), but {} holds {} rows of {} elements ({} bytes each): publish this table there first (pleio publish)",
+                there.path().display(),
+                there.rows(),
+                there.row_elems(),
+                there.row_bytes(),
+                self.path.display(),
+                here.rows(),
+                here.row_elems(),
+                here.row_bytes(),
+            )));
+        }
+        self.remote = Some(remote);
+        Ok(self)
     }
 
     /// The reader measured.
@@ -832,16 +891,25 @@ impl Bench {
         }
     }
 
+    /// The table `lane` reads.
+    fn table_of(&self, lane: Lane) -> &Table {
+        match (&self.remote, lane.remote) {
+            (Some(remote), true) => remote,
+            _ => &self.reader,
+        }
+    }
+
     fn gather(
         &self,
-        s: Strategy,
+        lane: Lane,
         rows: &[u64],
         out: &mut OutBuf,
         acc: &mut Acc,
     ) -> Result<(), BenchError> {
-        let (r, sample) = measure(|| out.gather(&self.reader, s, rows));
+        let table = self.table_of(lane);
+        let (r, sample) = measure(|| out.gather(table, lane.strategy, rows));
         let stats = r.map_err(|source| BenchError::Gather {
-            strategy: s.name(),
+            strategy: lane.name,
             error: source,
         })?;
         acc.add(&stats);
@@ -881,6 +949,29 @@ impl Bench {
         if !strategies.contains(&Strategy::Fault) {
             strategies.insert(0, Strategy::Fault);
         }
+        let mut lanes: Vec<Lane> = strategies
+            .iter()
+            .map(|&strategy| Lane {
+                name: strategy.name(),
+                strategy,
+                remote: false,
+            })
+            .collect();
+        if self.remote.is_some() {
+            lanes.extend(REMOTE_LANES);
+        }
+        // Attach (or make) the machine-wide cache before anything is
+        // timed: its setup is once per process, not per gather.
+        for &lane in lanes.iter().filter(|l| l.strategy == Strategy::Shared) {
+            let table = self.table_of(lane);
+            let mut out = OutBuf::new(table, cfg.dtype, 1)?;
+            out.gather(table, lane.strategy, &[0])
+                .map_err(|error| BenchError::Gather {
+                    strategy: lane.name,
+                    error,
+                })?;
+            table.clear_cache();
+        }
         let cold_on = cfg.cold != ColdMode::None;
         let limit_on = cold_on && cfg.limit;
         let floor = if limit_on {
@@ -889,7 +980,7 @@ impl Bench {
             None
         };
         let floor_reps = MIN_FLOOR_SAMPLES.div_ceil(cfg.batches);
-        let arms_per_batch = strategies.len() as u64;
+        let arms_per_batch = lanes.len() as u64;
         // Progress steps (saturating: only a progress bar's length).
         let total: u64 = (cfg.rows.len() as u64)
             .saturating_mul(cfg.batches as u64)
@@ -905,12 +996,12 @@ impl Bench {
             let phases: &[bool] = if cold_on { &[true, false] } else { &[false] };
             for &cold in phases {
                 let label = format!("{} {n} rows", if cold { "cold" } else { "warm" });
-                let mut accs: Vec<Acc> = strategies.iter().map(|_| Acc::default()).collect();
+                let mut accs: Vec<Acc> = lanes.iter().map(|_| Acc::default()).collect();
                 let mut limit = Acc::default();
                 let mut page1 = Acc::default();
                 let mut warm_floor = Acc::default();
                 for (b, list) in lists.iter().enumerate() {
-                    for (k, &s) in strategies.iter().enumerate() {
+                    for (k, &lane) in lanes.iter().enumerate() {
                         progress(Progress {
                             done,
                             total,
@@ -922,23 +1013,26 @@ impl Bench {
                             list.clone()
                         };
                         if cold {
-                            if cfg.cold == ColdMode::Evict {
+                            if lane.remote {
+                                // Cold for the client: nothing cached here.
+                                self.table_of(lane).clear_cache();
+                            } else if cfg.cold == ColdMode::Evict {
                                 self.evictor.evict(&self.reader)?;
                             }
-                            self.gather(s, &rows, &mut out, &mut accs[k])?;
+                            self.gather(lane, &rows, &mut out, &mut accs[k])?;
                             accs[k].pages += self.distinct_pages(&rows).len() as u64;
                         } else {
                             // Bring the rows in, then time repeats.
                             let mut untimed = Acc::default();
-                            self.gather(s, &rows, &mut out, &mut untimed)?;
+                            self.gather(lane, &rows, &mut out, &mut untimed)?;
                             for _ in 0..warm_reps(n) {
-                                self.gather(s, &rows, &mut out, &mut accs[k])?;
+                                self.gather(lane, &rows, &mut out, &mut accs[k])?;
                                 accs[k].pages += self.distinct_pages(&rows).len() as u64;
                             }
                         }
                         self.check(
                             cfg,
-                            (s, k, strategies[0]),
+                            (lane.name, k, lanes[0].name),
                             &rows,
                             &out,
                             &mut reference,
@@ -969,7 +1063,7 @@ impl Bench {
                         if !out.same(&reference) {
                             return Err(BenchError::Mismatch {
                                 strategy: "limit-warm",
-                                reference: strategies[0].name(),
+                                reference: lanes[0].name,
                                 rows: n,
                                 batch: b,
                                 phase: "warm",
@@ -1006,10 +1100,10 @@ impl Bench {
                         done += 1;
                     }
                 }
-                let mut group: Vec<Arm> = strategies
+                let mut group: Vec<Arm> = lanes
                     .iter()
                     .zip(accs)
-                    .map(|(s, a)| a.arm(s.name(), n, cold))
+                    .map(|(l, a)| a.arm(l.name, n, cold))
                     .collect();
                 if cold && limit_on {
                     group.push(limit.arm("limit", n, true));
@@ -1050,6 +1144,7 @@ impl Bench {
             dtype: cfg.dtype,
             residency: self.residency_costs(1792),
             floor: floor.map(|(_, sweep)| sweep),
+            remote: self.remote.as_ref().map(|t| t.path().display().to_string()),
             arms,
         })
     }
@@ -1061,7 +1156,7 @@ impl Bench {
     fn check(
         &self,
         cfg: &BenchConfig,
-        (s, k, first): (Strategy, usize, Strategy),
+        (name, k, first): (&'static str, usize, &'static str),
         rows: &[u64],
         out: &OutBuf,
         reference: &mut OutBuf,
@@ -1082,13 +1177,13 @@ impl Bench {
             reference.clone_from(out);
             return Ok(());
         } else {
-            reference_name = first.name();
+            reference_name = first;
         }
         if out.same(reference) {
             Ok(())
         } else {
             Err(BenchError::Mismatch {
-                strategy: s.name(),
+                strategy: name,
                 reference: reference_name,
                 rows: rows.len(),
                 batch,
@@ -1127,10 +1222,10 @@ mod tests {
         let mut want = OutBuf::new(b.reader(), Dtype::F32, rows.len()).unwrap();
         want.gather(b.reader(), Strategy::Fault, &rows).unwrap();
         let mut reference = want.clone();
-        let first = (Strategy::Fault, 0, Strategy::Fault);
+        let first = ("fault", 0, "fault");
         b.check(&cfg, first, &rows, &want, &mut reference, 0, true)
             .unwrap();
-        let same = (Strategy::Uring, 1, Strategy::Fault);
+        let same = ("uring", 1, "fault");
         b.check(&cfg, same, &rows, &want, &mut reference, 0, true)
             .unwrap();
         let mut bad = want.clone();

@@ -97,6 +97,12 @@ pub struct Args {
     /// reports whether each stays within the cap and what it measures there.
     #[arg(long, value_name = "SIZE", value_parser = pleio_lab::units::parse_quantity_arg)]
     mem_cap: Option<u64>,
+    /// The same table published in Redis (`pleio publish FILE URL`): adds
+    /// the arms `redis` (every row read from the store) and `redis-shared`
+    /// (the machine-wide cache in front of it, emptied before each cold
+    /// batch: cold for this client), checked bit for bit against the file.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
     /// Skip the `limit` arm (capped children other than fault's).
     #[arg(long, hide = true)]
     no_limit: bool,
@@ -128,12 +134,18 @@ pub fn run(a: Args) -> Result<()> {
     crate::table_args::files_only(&a.file, "bench")?;
     check_outputs(&a)?;
     if let Some(cap) = a.mem_cap {
+        if a.redis.is_some() {
+            bail!("--redis does not combine with --mem-cap (the capped children measure the file's strategies only)");
+        }
         return run_capped(&a, cap);
     }
     let mut bench =
         Bench::open_with(&a.file, &a.layer.options(a.tensor.as_deref())).in_file(&a.file)?;
     if let Some(b) = a.budget {
         bench = bench.with_cache_budget(b)?;
+    }
+    if let Some(url) = &a.redis {
+        bench = bench.with_remote(url)?;
     }
     let cfg = BenchConfig {
         rows: a.rows.clone(),
@@ -410,7 +422,7 @@ fn print_arm(o: &mut String, a: &Arm) {
     } else {
         a.strategy.to_string()
     };
-    let cache = if a.strategy == "cached" || a.strategy == "shared" {
+    let cache = if matches!(a.strategy, "cached" | "shared" | "redis-shared") {
         format!(
             "{:.0}/{:.0}/{:.0}",
             a.cache_hits, a.cache_misses, a.cache_evictions
@@ -456,6 +468,7 @@ pub(crate) fn to_json(r: &Report) -> Value {
     });
     j["arms"] = r.arms.iter().map(arm_json).collect();
     j["floor"] = r.floor.as_ref().map_or(Value::Null, report::floor_json);
+    j["redis"] = json!(r.remote);
     j
 }
 
