@@ -8,7 +8,8 @@ mod common;
 use common::{disk_dir, ok, p, pleio};
 use pleio_testkit::redis::Server;
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 
 fn fails(args: &[&str]) -> String {
     let out = pleio(args);
@@ -33,6 +34,42 @@ fn rows_of(table: &str, tokens: &str) -> String {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "pleio rows {table}");
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// `pleio publish FILE URL --bucket-bytes 8192 --json EXTRA...`, running.
+fn spawn_publish(file: &Path, url: &str, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_pleio"))
+        .args(["publish", p(file), url, "--bucket-bytes", "8192", "--json"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The `published` object of a `spawn_publish` that must succeed.
+fn published(c: Child) -> serde_json::Value {
+    let out = c.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["published"].clone()
+}
+
+/// The same f32 rows gathered from `file` and from `url` (files in `dir`).
+fn same_rows(dir: &Path, file: &Path, url: &str, rows: &str) {
+    let tag = url.rsplit('/').next().unwrap();
+    let x = dir.join(format!("{tag}-file.f32"));
+    let y = dir.join(format!("{tag}-redis.f32"));
+    ok(&["gather", p(file), "--rows", rows, "-o", p(&x)]);
+    ok(&["gather", url, "--rows", rows, "-o", p(&y)]);
+    assert_eq!(
+        std::fs::read(&x).unwrap(),
+        std::fs::read(&y).unwrap(),
+        "{url}"
+    );
 }
 
 #[test]
@@ -133,60 +170,24 @@ fn several_processes_publish_at_once() {
     let url = |name: &str| format!("redis://{}/{name}", server.addr());
     // Three processes at once: two upload the same table under one name
     // (the same buckets, written twice), one another table under another.
-    let spawn = |file: &std::path::Path, name: &str| {
-        Command::new(env!("CARGO_BIN_EXE_pleio"))
-            .args([
-                "publish",
-                p(file),
-                &url(name),
-                "--bucket-bytes",
-                "8192",
-                "--json",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let children = [spawn(&a, "a"), spawn(&a, "a"), spawn(&b, "b")];
-    let mut ids = Vec::new();
-    for c in children {
-        let out = c.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        ids.push(j["published"]["id"].as_str().unwrap().to_string());
-    }
+    let children = [
+        spawn_publish(&a, &url("a"), &[]),
+        spawn_publish(&a, &url("a"), &[]),
+        spawn_publish(&b, &url("b"), &[]),
+    ];
+    let ids: Vec<String> = children
+        .into_iter()
+        .map(|c| published(c)["id"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(ids[0], ids[1], "one table, one id");
     assert_ne!(ids[0], ids[2]);
     // Each name serves its own file's rows, and the table is whole.
     let rows = "0,1,39999,777,20001,31337";
-    for (file, name) in [(&a, "a"), (&b, "b")] {
-        let x = dir.path().join(format!("{name}-file.f32"));
-        let y = dir.path().join(format!("{name}-redis.f32"));
-        ok(&["gather", p(file), "--rows", rows, "-o", p(&x)]);
-        ok(&["gather", &url(name), "--rows", rows, "-o", p(&y)]);
-        assert_eq!(
-            std::fs::read(&x).unwrap(),
-            std::fs::read(&y).unwrap(),
-            "{name}"
-        );
-    }
-    let again: serde_json::Value = serde_json::from_str(&ok(&[
-        "publish",
-        p(&a),
-        &url("a"),
-        "--bucket-bytes",
-        "8192",
-        "--verify",
-        "--json",
-    ]))
-    .unwrap();
-    assert_eq!(again["published"]["uploaded"], 0, "{again}");
-    assert_eq!(again["published"]["repaired"], 0, "{again}");
+    same_rows(dir.path(), &a, &url("a"), rows);
+    same_rows(dir.path(), &b, &url("b"), rows);
+    let again = published(spawn_publish(&a, &url("a"), &["--verify"]));
+    assert_eq!(again["uploaded"], 0, "{again}");
+    assert_eq!(again["repaired"], 0, "{again}");
 }
 
 #[test]
@@ -275,4 +276,73 @@ fn bench_measures_the_redis_copy_beside_the_file_and_checks_its_rows() {
     assert!(
         fails(&["bench", p(&a), "--redis", &url("a"), "--mem-cap", "1G"]).contains("--mem-cap")
     );
+}
+
+#[test]
+fn parts_publish_one_table_together_and_only_the_whole_is_visible() {
+    if let Some(why) = pleio_testkit::redis::unavailable() {
+        pleio_testkit::skip!("{why}");
+    }
+    let server = Server::standalone(None).unwrap();
+    let dir = disk_dir();
+    let (a, b) = (dir.path().join("a.gguf"), dir.path().join("b.gguf"));
+    ok(&["synth", "--rows", "60000", "--seed", "21", "-o", p(&a)]);
+    ok(&["synth", "--rows", "60000", "--seed", "22", "-o", p(&b)]);
+    let url = |name: &str| format!("redis://{}/{name}", server.addr());
+    let part = |file: &Path, name: &str, k_of_n: &str| {
+        spawn_publish(file, &url(name), &["--part", k_of_n])
+    };
+    let rows = "0,1,59999,777,20001,31337,40000";
+
+    // One part after another: the name appears only with the last part.
+    let first = published(part(&a, "seq", "0/2"));
+    assert_eq!(first["complete"], false, "{first}");
+    assert_eq!(first["part"], "0/2", "{first}");
+    let all = first["buckets"].as_u64().unwrap();
+    let mine = first["part_buckets"].as_u64().unwrap();
+    assert_eq!(first["missing"].as_u64().unwrap(), all - mine, "{first}");
+    assert_eq!(first["uploaded"].as_u64().unwrap(), mine, "{first}");
+    let err = fails(&[
+        "gather",
+        &url("seq"),
+        "--rows",
+        "1",
+        "-o",
+        p(&dir.path().join("n.f32")),
+    ]);
+    assert!(err.contains("no table published"), "{err}");
+    let last = published(part(&a, "seq", "1/2"));
+    assert_eq!(last["complete"], true, "{last}");
+    assert_eq!(last["missing"], 0, "{last}");
+    assert_eq!(last["uploaded"].as_u64().unwrap() + mine, all, "{last}");
+    same_rows(dir.path(), &a, &url("seq"), rows);
+    // The whole publish of the same table finds every bucket there and the
+    // same fingerprint.
+    let whole = published(spawn_publish(&a, &url("seq"), &[]));
+    assert_eq!(whole["uploaded"], 0, "{whole}");
+    assert_eq!(whole["fingerprint"], last["fingerprint"], "{whole}");
+    assert_eq!(whole["part"], serde_json::Value::Null, "{whole}");
+
+    // Three parts of one table and a whole other table, all at once.
+    let children = [
+        part(&a, "par", "0/3"),
+        spawn_publish(&b, &url("other"), &[]),
+        part(&a, "par", "1/3"),
+        part(&a, "par", "2/3"),
+    ];
+    let results: Vec<_> = children.into_iter().map(published).collect();
+    let parts = [&results[0], &results[2], &results[3]];
+    assert!(parts.iter().any(|r| r["complete"] == true), "{results:?}");
+    let sum: u64 = parts
+        .iter()
+        .map(|r| r["part_buckets"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, all, "the parts cover every bucket once: {results:?}");
+    same_rows(dir.path(), &a, &url("par"), rows);
+    same_rows(dir.path(), &b, &url("other"), rows);
+
+    let err = fails(&["publish", p(&a), &url("x"), "--part", "3/3"]);
+    assert!(err.contains("0 <= K < N"), "{err}");
+    let err = fails(&["publish", p(&a), &url("x"), "--part", "1"]);
+    assert!(err.contains("give K/N"), "{err}");
 }

@@ -40,6 +40,7 @@ fn opts(bucket_bytes: u64) -> pleio::remote::PublishOptions {
         bucket_bytes,
         verify: false,
         in_flight: 3,
+        part: None,
     }
 }
 

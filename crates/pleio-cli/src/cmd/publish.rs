@@ -51,9 +51,31 @@ pub struct Args {
     /// over its nodes.
     #[arg(long, default_value_t = pleio::remote::store::DEFAULT_IN_FLIGHT)]
     in_flight: usize,
+    /// Upload only part K of N (0-based; e.g. 0/4 ... 3/4 in four
+    /// processes, on one machine or several): the K-th of N contiguous
+    /// ranges of buckets. Whichever part finds every bucket in when its
+    /// own are done writes the manifest and moves the name; the table is
+    /// invisible until then. Each part resumes like a whole publish.
+    #[arg(long, value_name = "K/N", value_parser = parse_part)]
+    part: Option<(u64, u64)>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+}
+
+fn parse_part(s: &str) -> Result<(u64, u64), String> {
+    let most = pleio::remote::store::MAX_PARTS;
+    let bad =
+        || format!("{s:?}: give K/N, part K (0-based) of N, with 0 <= K < N <= {most}, e.g. 0/4");
+    let (k, n) = s.split_once('/').ok_or_else(bad)?;
+    let (k, n) = (
+        k.trim().parse::<u64>().map_err(|_| bad())?,
+        n.trim().parse::<u64>().map_err(|_| bad())?,
+    );
+    if n == 0 || n > most || k >= n {
+        return Err(bad());
+    }
+    Ok((k, n))
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -86,6 +108,7 @@ pub fn run(a: Args) -> Result<()> {
                 bucket_bytes: a.bucket_bytes,
                 verify: a.verify,
                 in_flight: a.in_flight,
+                part: a.part,
             },
             progress,
         )
@@ -105,6 +128,22 @@ pub fn run(a: Args) -> Result<()> {
             "published": p,
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
+    } else if !p.complete {
+        println!(
+            "part {} of {} ({}, {} rows): its {} buckets are in ({} uploaded now, {} of them repaired; {}), {:.1} s; {} buckets of the other parts are not in yet: the last part to finish publishes the table as {:?} (table {})",
+            p.part.as_deref().unwrap_or("?"),
+            table.name(),
+            table.type_name(),
+            table.rows(),
+            p.part_buckets,
+            p.uploaded,
+            p.repaired,
+            human_bytes(p.bytes),
+            p.seconds,
+            p.missing,
+            p.name,
+            p.id,
+        );
     } else {
         println!(
             "published {} ({}, {} rows) as {:?}: table {}, {} buckets ({} uploaded now, {} of them repaired; {}), {} in Redis, {:.1} s, fingerprint {}",

@@ -512,6 +512,15 @@ pub struct Published {
     pub name: String,
     /// Buckets in all.
     pub buckets: u64,
+    /// This run's part, `"k/n"` (see [`PublishOptions::part`]).
+    pub part: Option<String>,
+    /// The buckets of this run's part (all of them without a part).
+    pub part_buckets: u64,
+    /// Every bucket is in and the table is published under its name;
+    /// false while other parts are still uploading theirs.
+    pub complete: bool,
+    /// Buckets of other parts not in yet (0 when `complete`).
+    pub missing: u64,
     /// Buckets uploaded by this run (the rest were there from an earlier one).
     pub uploaded: u64,
     /// Bytes uploaded by this run.
@@ -570,7 +579,16 @@ pub struct PublishOptions {
     /// Buckets uploading at once (1 to 64; 1: one after another), so the
     /// round trips of one node and the work of several overlap.
     pub in_flight: usize,
+    /// `Some((k, n))`: upload only part `k` of `n` (0-based), the `k`-th
+    /// of `n` contiguous, near-equal ranges of buckets, so `n` processes
+    /// (on one machine or several) publish one table together. Whichever
+    /// finds every bucket in when its own part is done writes the manifest
+    /// and moves the name; until then the table is not visible.
+    pub part: Option<(u64, u64)>,
 }
+
+/// The most parts [`PublishOptions::part`] may split a table into.
+pub const MAX_PARTS: u64 = 65_536;
 
 impl Default for PublishOptions {
     fn default() -> Self {
@@ -578,6 +596,7 @@ impl Default for PublishOptions {
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             verify: false,
             in_flight: DEFAULT_IN_FLIGHT,
+            part: None,
         }
     }
 }
@@ -637,29 +656,24 @@ pub fn publish(
         identity.extend_from_slice(format!("{}|{}|{mtime}\n", f.display(), meta.len()).as_bytes());
     }
     m.id = format!("{:016x}", hash64(0x706c_6569_6f00_0001, &identity));
+    let mine = part_range(opts.part, m.buckets).map_err(|what| RemoteError::Url {
+        url: url.to_string(),
+        what,
+    })?;
     let client = Client::connect(url)?;
     let (dkey, mkey) = (done_key(&m.id), manifest_key(&m.id));
-    // Buckets an earlier run finished.
+    // Buckets an earlier run (or another part) finished.
     let mut done: Vec<Option<u64>> = vec![None; m.buckets as usize];
-    let all = client.call(&dkey, &[b"HGETALL", dkey.as_bytes()])?;
-    if let Some(items) = all.array() {
-        for kv in items.chunks_exact(2) {
-            let b = kv[0].bytes().and_then(|b| std::str::from_utf8(b).ok()?.parse::<u64>().ok());
-            let f = kv[1].bytes().and_then(|f| u64::from_str_radix(std::str::from_utf8(f).ok()?, 16).ok());
-            if let (Some(b), Some(f)) = (b, f) {
-                if let Some(slot) = done.get_mut(b as usize) {
-                    *slot = Some(f);
-                }
-            }
-        }
-    }
+    read_done(&client, &dkey, &mut done)?;
     let seed = m.seed();
     let total = m.buckets;
     let workers = opts.in_flight.clamp(1, MAX_IN_FLIGHT);
-    // Which buckets to upload: those not done, or done but not intact
-    // (checked by `in_flight` workers, so the round trips overlap).
-    let mut todo: Vec<u64> = (0..total).filter(|&b| done[b as usize].is_none()).collect();
-    let checks: Vec<(u64, u64)> = (0..total).filter_map(|b| Some((b, done[b as usize]?))).collect();
+    // Which buckets of this part to upload: those not done, or done but
+    // not intact (checked by `in_flight` workers, so the round trips
+    // overlap).
+    let mut todo: Vec<u64> = mine.clone().filter(|&b| done[b as usize].is_none()).collect();
+    let checks: Vec<(u64, u64)> = mine.clone().filter_map(|b| Some((b, done[b as usize]?))).collect();
+    let part_total = mine.end - mine.start;
     let intact = |b: u64, f: u64| -> Result<bool, RemoteError> {
         let key = m.bucket_key(b);
         let len = (m.bucket_rows(b) * rec) as usize;
@@ -697,7 +711,7 @@ pub fn publish(
             match r {
                 Ok(true) => {
                     checked += 1;
-                    progress(checked, total);
+                    progress(checked, part_total);
                 }
                 Ok(false) => {
                     repaired += 1;
@@ -713,7 +727,7 @@ pub fn publish(
         return Err(e.into());
     }
     todo.sort_unstable();
-    let kept = total - todo.len() as u64;
+    let kept = part_total - todo.len() as u64;
     // Read each bucket here, in order; `in_flight` workers upload them
     // (SET, then HSET into the done hash), so the buckets of several
     // nodes and their round trips overlap.
@@ -754,7 +768,7 @@ pub fn publish(
                 done[b as usize] = Some(f);
                 uploaded += 1;
                 bytes += n;
-                progress(kept + uploaded, total);
+                progress(kept + uploaded, part_total);
             }
             Err(e) => {
                 failed.get_or_insert(e.into());
@@ -793,6 +807,30 @@ pub fn publish(
     if let Some(e) = failed {
         return Err(e);
     }
+    let part = opts.part.map(|(k, n)| format!("{k}/{n}"));
+    if opts.part.is_some() {
+        // The other parts' buckets: the last part to finish sees them all
+        // (each part records its buckets before it looks).
+        read_done(&client, &dkey, &mut done)?;
+        let missing = done.iter().filter(|f| f.is_none()).count() as u64;
+        if missing > 0 {
+            return Ok(Published {
+                id: m.id.clone(),
+                name,
+                buckets: total,
+                part,
+                part_buckets: part_total,
+                complete: false,
+                missing,
+                uploaded,
+                bytes,
+                repaired,
+                table_bytes: m.rows * rec,
+                seconds: started.elapsed().as_secs_f64(),
+                fingerprint: String::new(),
+            });
+        }
+    }
     let mut all = Vec::with_capacity(done.len() * 8);
     for f in &done {
         all.extend_from_slice(&f.unwrap_or(0).to_le_bytes());
@@ -809,6 +847,10 @@ pub fn publish(
         id: m.id.clone(),
         name,
         buckets: total,
+        part,
+        part_buckets: part_total,
+        complete: true,
+        missing: 0,
         uploaded,
         bytes,
         repaired,
@@ -816,6 +858,36 @@ pub fn publish(
         seconds: started.elapsed().as_secs_f64(),
         fingerprint: m.fingerprint,
     })
+}
+
+/// Adds the buckets the done hash `dkey` records (with their fingerprints)
+/// to `done`.
+fn read_done(client: &Client, dkey: &str, done: &mut [Option<u64>]) -> Result<(), RemoteError> {
+    let all = client.call(dkey, &[b"HGETALL", dkey.as_bytes()])?;
+    if let Some(items) = all.array() {
+        for kv in items.chunks_exact(2) {
+            let b = kv[0].bytes().and_then(|b| std::str::from_utf8(b).ok()?.parse::<u64>().ok());
+            let f = kv[1].bytes().and_then(|f| u64::from_str_radix(std::str::from_utf8(f).ok()?, 16).ok());
+            if let (Some(b), Some(f)) = (b, f) {
+                if let Some(slot) = done.get_mut(b as usize) {
+                    *slot = Some(f);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The buckets of `part` (`(k, n)`: the `k`-th of `n` contiguous ranges)
+/// among `total`; all of them without a part.
+fn part_range(part: Option<(u64, u64)>, total: u64) -> Result<std::ops::Range<u64>, String> {
+    let Some((k, n)) = part else { return Ok(0..total) };
+    if n == 0 || n > MAX_PARTS || k >= n {
+        return Err(format!("part {k}/{n}: give K/N with 0 <= K < N <= {MAX_PARTS}"));
+    }
+    // u128: k * total cannot overflow.
+    let at = |i: u64| (u128::from(i) * u128::from(total) / u128::from(n)) as u64;
+    Ok(at(k)..at(k + 1))
 }
 
 fn expect_ok(key: &str, r: Reply) -> Result<(), RemoteError> {
@@ -831,6 +903,28 @@ fn expect_ok(key: &str, r: Reply) -> Result<(), RemoteError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parts_cover_every_bucket_once_in_order() {
+        for total in [0u64, 1, 2, 7, 575, 1 << 40] {
+            for n in [1u64, 2, 3, 8, 575, MAX_PARTS] {
+                let mut next = 0;
+                for k in 0..n.min(600) {
+                    let r = part_range(Some((k, n)), total).unwrap();
+                    assert_eq!(r.start, next, "part {k}/{n} of {total}");
+                    assert!(r.end - r.start <= total / n + 1, "near-equal");
+                    next = r.end;
+                }
+                if n <= 600 {
+                    assert_eq!(next, total, "{n} parts of {total}");
+                }
+            }
+        }
+        assert_eq!(part_range(None, 9).unwrap(), 0..9);
+        for bad in [(0, 0), (3, 3), (0, MAX_PARTS + 1)] {
+            assert!(part_range(Some(bad), 9).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn row_checks_depend_on_table_row_and_every_byte() {
