@@ -690,9 +690,11 @@ def llama_speed(path):
     arms = rep["arms"]
     up = arms["upstream"]
     load = [rep["loadavg_before"].split()[0], rep["loadavg_after"].split()[0]]
-    busy = max(float(x) for x in load) > 0.5
+    # the load after includes the run's own threads: only the load before says what else ran
+    busy = float(load[0]) > 0.5
     out = [f"`{rep['command']}` at commit {rep['commit']}, {rep['date']}: {up['tokens']:,} prompt tokens in "
-           f"ubatches of {up['ubatch']}, {up['threads']} threads, a {rep['table_bytes'] / 2**30:.2f} GiB table, "
+           f"ubatches of {up['ubatch']}, {up['threads']} threads, {rep.get('arch', 'qwen4exp')}, "
+           f"a {rep['table_bytes'] / 2**30:.2f} GiB table, "
            f"{rep['runs']} runs per arm interleaved; load average {load[0]} before and {load[1]} after "
            f"on {rep['cpus']} CPUs" + (" (**not an idle machine**: other work ran beside it)" if busy else "")
            + (f". {rep['note']}" if rep.get("note") else "") + ". Tokens/s are medians; ratios "

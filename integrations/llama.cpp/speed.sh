@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # pleio inside llama.cpp, speed (not CI): prefill tokens/s of one prompt, cold and warm, on a
-# qwen4exp model whose PLE table is >= 4 GiB, for
+# qwen4exp model whose PLE table is >= 4 GiB (or, with --arch gemma4, a gemma4 model with the
+# released table geometry: 262,144 rows of --layers x 256 Q5_K, two pages a row at 42 layers), for
 #
 #   upstream     stock llama.cpp, lazy mode on: upstream's llama_prefetch_rows (sorted, merged
 #                madvise(WILLNEED) per ubatch) then ggml_get_rows on the lazy mapping
@@ -11,8 +12,13 @@
 #                decode step's rows from the moment its llama_decode starts)
 #   pleio-S-noahead  the same with the lookahead off (PLEIO_LOOKAHEAD=0): each ubatch's rows
 #                are read when its gather runs
+#   pleio-S-resident (the first strategy only) pleio-S with nothing evicted: the prompt's rows
+#                are resident from the arms before it, so its "cold" prefill is only the
+#                process's first prefill. Its cold/warm is what a cold table could reach at
+#                best: the first prefill of a process pays its own setup (buffers first
+#                touched, threads started) whatever the table does
 #
-#   bash integrations/llama.cpp/speed.sh [--rows 48M] [--tokens 8192] [--ubatch 512] [--decode 32]
+#   bash integrations/llama.cpp/speed.sh [--arch qwen4exp] [--rows 48M] [--layers 42] [--tokens 8192] [--ubatch 512] [--decode 32]
 #                                        [--runs 5] [--threads 2] [--strategies auto]
 #                                        [--report FILE]
 #
@@ -31,7 +37,9 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
+ARCH=qwen4exp
 ROWS=48M
+LAYERS=42
 N_TOKENS=8192
 UBATCH=512
 RUNS=5
@@ -42,7 +50,9 @@ REPORT=
 COMMAND="bash integrations/llama.cpp/speed.sh $*"
 while [ $# -gt 0 ]; do
     case "$1" in
+        --arch) ARCH="$2"; shift 2 ;;
         --rows) ROWS="$2"; shift 2 ;;
+        --layers) LAYERS="$2"; shift 2 ;;
         --tokens) N_TOKENS="$2"; shift 2 ;;
         --ubatch) UBATCH="$2"; shift 2 ;;
         --runs) RUNS="$2"; shift 2 ;;
@@ -59,19 +69,27 @@ bash "$INTEGRATION_DIR/build.sh"
 
 W="$LLAMA_WORK/speed"
 mkdir -p "$W"
-MODEL="$W/qwen4exp-$ROWS.gguf"
+case "$ARCH" in
+    # qwen4exp: --rows rows of IQ4_NL; gemma4: one row per token of its 262,144-token vocabulary
+    qwen4exp) MODEL="$W/qwen4exp-$ROWS.gguf"; synth_args=(--arch qwen4exp --rows "$ROWS") ;;
+    gemma4) MODEL="$W/gemma4-L$LAYERS.gguf"; synth_args=(--arch gemma4 --layers "$LAYERS") ;;
+    *) fail "--arch $ARCH: qwen4exp or gemma4" ;;
+esac
 stamp="$(cat "$INTEGRATION_DIR/write_model.py" "$PLEIO" | sha256sum | cut -c1-16)"
 if [ ! -f "$MODEL" ] || [ "$(cat "$MODEL.stamp" 2>/dev/null)" != "$stamp" ]; then
-    say "writing $MODEL (synth table of $ROWS rows, then the model around it)"
-    "$PLEIO" synth --rows "$ROWS" --force -o "$W/table.gguf"
+    say "writing $MODEL (synth ${synth_args[*]}, then the model around it)"
+    "$PLEIO" synth "${synth_args[@]}" --force -o "$W/table.gguf"
     python3 "$INTEGRATION_DIR/write_model.py" --llama-src "$LLAMA_SRC" --table "$W/table.gguf" -o "$MODEL" --force
     rm -f "$W/table.gguf"
     echo "$stamp" >"$MODEL.stamp"
 fi
 table_bytes="$("$PLEIO" residency "$MODEL" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bytes"])')"
-[ "$table_bytes" -ge $((4 << 30)) ] || fail "the table is $table_bytes bytes, under 4 GiB: use a larger --rows"
+[ "$ARCH" != qwen4exp ] || [ "$table_bytes" -ge $((4 << 30)) ] || fail "the table is $table_bytes bytes, under 4 GiB: use a larger --rows"
 
-"$PLEIO" rows "$MODEL" --corpus --json | python3 -c '
+# the prompt: the corpus in Qwen tokens (gemma4 reuses these ids, all under its vocabulary, as
+# check.sh does; pleio has no gemma4 tokenizer), tokenized through a sparse qwen4exp file
+"$PLEIO" synth --arch qwen4exp --rows 1M --sparse --force -o "$W/tokenizer.gguf" >/dev/null
+"$PLEIO" rows "$W/tokenizer.gguf" --corpus --json | python3 -c '
 import json, sys
 n = int(sys.argv[1])
 t = json.load(sys.stdin)["tokens"][:n]
@@ -99,6 +117,7 @@ export PLEIO
 arms=(upstream no-prefetch)
 IFS=, read -r -a strategies <<<"$STRATEGIES"
 for s in "${strategies[@]}"; do arms+=("pleio-$s" "pleio-$s-noahead"); done
+arms+=("pleio-${strategies[0]}-resident")
 
 run_arm() {
     local arm="$1" out="$2"
@@ -107,6 +126,9 @@ run_arm() {
     case "$arm" in
         upstream) env -u PLEIO_TABLE "$DRIVER" "${args[@]}" ;;
         no-prefetch) env -u PLEIO_TABLE PLEIO_UPSTREAM_PREFETCH=off "$DRIVER" "${args[@]}" ;;
+        pleio-*-resident)
+            local s="${arm#pleio-}"
+            PLEIO_TABLE="$MODEL" PLEIO_STRATEGY="${s%-resident}" PLEIO_LOOKAHEAD=1 "$DRIVER_PLEIO" "${args[@]}" ;;
         pleio-*-noahead)
             local s="${arm#pleio-}"
             PLEIO_TABLE="$MODEL" PLEIO_STRATEGY="${s%-noahead}" PLEIO_LOOKAHEAD=0 "$DRIVER_PLEIO" "${args[@]}" ;;
@@ -119,7 +141,7 @@ mkdir -p "$W/runs"
 load_before="$(cat /proc/loadavg)"
 for r in $(seq 1 "$RUNS"); do
     for arm in "${arms[@]}"; do
-        evict
+        [[ $arm == *-resident ]] || evict
         say "run $r/$RUNS: $arm"
         run_arm "$arm" "$W/runs/$arm-$r.json" 2>"$W/runs/$arm-$r.log" \
             || { cat "$W/runs/$arm-$r.log" >&2; fail "$arm run $r"; }
@@ -130,10 +152,10 @@ load_after="$(cat /proc/loadavg)"
 commit="$(git -C "$REPO_ROOT" rev-parse --short HEAD)"
 git -C "$REPO_ROOT" diff --quiet HEAD -- || commit="$commit+dirty"
 
-python3 - "$W" "$RUNS" "$table_bytes" "$REPORT" "$COMMAND" "$commit" "$load_before" "$load_after" "${arms[@]}" <<'EOF'
+python3 - "$W" "$RUNS" "$table_bytes" "$REPORT" "$COMMAND" "$commit" "$load_before" "$load_after" "$ARCH" "${arms[@]}" <<'EOF'
 import json, os, statistics, sys, time
 w, runs, table_bytes, report = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-command, commit, load_before, load_after, arms = sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8], sys.argv[9:]
+command, commit, load_before, load_after, arch, arms = sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8], sys.argv[9], sys.argv[10:]
 med = statistics.median
 res = {}
 for arm in arms:
@@ -167,7 +189,7 @@ for arm, v in res.items():
     if v["decode"]:
         v["cold_decode_ms_median"] = med(v["cold_decode_ms_per_token"])
         v["warm_decode_ms_median"] = med(v["warm_decode_ms_per_token"])
-print(f"\nprefill of {up['tokens']} tokens, ubatch {up['ubatch']}, {up['threads']} threads, "
+print(f"\n{arch}: prefill of {up['tokens']} tokens, ubatch {up['ubatch']}, {up['threads']} threads, "
       f"table {table_bytes / 2**30:.2f} GiB, {runs} runs; tokens/s medians, ratios: medians of per-run ratios\n")
 print("| arm | cold | warm | cold/warm | cold vs upstream | warm vs upstream | cold vs no-prefetch | peak RSS |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -182,7 +204,7 @@ if up["decode"]:
     for arm, v in res.items():
         print(f"| {arm} | {v['cold_decode_ms_median']:.2f} | {v['warm_decode_ms_median']:.2f} | "
               f"{med(v['cold_prefill_gather_ms']):.1f} | {med(v['cold_decode_gather_ms']):.1f} |")
-out = {"table_bytes": table_bytes, "runs": runs, "arms": res}
+out = {"arch": arch, "table_bytes": table_bytes, "runs": runs, "arms": res}
 json.dump(out, open(f"{w}/speed.json", "w"), indent=1)
 print(f"\n(all runs in {w}/speed.json)")
 if report:
