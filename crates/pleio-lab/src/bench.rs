@@ -722,19 +722,22 @@ impl Bench {
             error,
         })?;
         let (here, there) = (&self.reader, &remote);
-        if (here.rows(), here.row_elems(), here.row_bytes())
-            != (there.rows(), there.row_elems(), there.row_bytes())
-        {
+        let shape = |t: &Table| (t.rows(), t.row_elems(), t.row_bytes(), t.type_name());
+        if shape(here) != shape(there) {
+            let say = |t: &Table| {
+                format!(
+                    "{} holds {} rows of {} {} elements ({} bytes each)",
+                    t.path().display(),
+                    t.rows(),
+                    t.row_elems(),
+                    t.type_name(),
+                    t.row_bytes()
+                )
+            };
             return Err(BenchError::Config(format!(
-                "{} holds {} rows of {} elements ({} bytes each), but {} holds {} rows of {} elements ({} bytes each): publish this table there first (pleio publish)",
-                there.path().display(),
-                there.rows(),
-                there.row_elems(),
-                there.row_bytes(),
-                self.path.display(),
-                here.rows(),
-                here.row_elems(),
-                here.row_bytes(),
+                "{}, but {}: publish this table there first (pleio publish)",
+                say(there),
+                say(here)
             )));
         }
         self.remote = Some(remote);

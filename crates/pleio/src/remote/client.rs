@@ -42,21 +42,69 @@ const CRC16: [u16; 256] = {
     t
 };
 
-/// The CRC16 (XMODEM) of `b`, Redis Cluster's key hash.
-fn crc16(b: &[u8]) -> u16 {
-    b.iter().fold(0u16, |crc, &x| {
+/// The CRC16 (XMODEM) of `b`, Redis Cluster's key hash, continued from
+/// `crc` (the CRC of the bytes before `b`; 0 at the start).
+fn crc16_from(crc: u16, b: &[u8]) -> u16 {
+    b.iter().fold(crc, |crc, &x| {
         (crc << 8) ^ CRC16[usize::from((crc >> 8) as u8 ^ x)]
     })
 }
 
-/// The hash slot of `key` (with Redis's `{hash tag}` rule).
-pub fn slot(key: &[u8]) -> u16 {
+/// The hash tag of `key` (Redis's `{hash tag}` rule): what is hashed.
+fn hashed(key: &[u8]) -> &[u8] {
     let tagged = key.iter().position(|&c| c == b'{').and_then(|open| {
         let rest = &key[open + 1..];
         let close = rest.iter().position(|&c| c == b'}')?;
         (close > 0).then(|| &rest[..close])
     });
-    crc16(tagged.unwrap_or(key)) % SLOTS as u16
+    tagged.unwrap_or(key)
+}
+
+/// The hash slot of `key` (with Redis's `{hash tag}` rule).
+pub fn slot(key: &[u8]) -> u16 {
+    crc16_from(0, hashed(key)) % SLOTS as u16
+}
+
+/// Keys that are a fixed prefix and a number (`pleio:t:ID:b17`), with the
+/// prefix's part of the slot hash done once: a batch of random rows names
+/// a thousand or more such keys, and hashing each whole key cost more
+/// client time than parsing its reply.
+#[derive(Debug, Clone)]
+pub struct NumberedKeys {
+    prefix: String,
+    /// The CRC of the prefix, when the prefix holds no `{` (with one, a
+    /// key's hash tag may end in the number: each key is hashed whole).
+    crc: Option<u16>,
+}
+
+impl NumberedKeys {
+    /// Keys `prefix` followed by a decimal number.
+    pub fn new(prefix: String) -> NumberedKeys {
+        let crc = (!prefix.contains('{')).then(|| crc16_from(0, prefix.as_bytes()));
+        NumberedKeys { prefix, crc }
+    }
+
+    /// Key `n`.
+    pub fn key(&self, n: u64) -> String {
+        format!("{}{n}", self.prefix)
+    }
+
+    /// Key `n` written into `out` (cleared first), without allocating once
+    /// `out` has grown to a key's length.
+    pub fn write(&self, n: u64, out: &mut Vec<u8>) {
+        let mut d = [0u8; 20];
+        out.clear();
+        out.extend_from_slice(self.prefix.as_bytes());
+        out.extend_from_slice(resp::digits(n, &mut d));
+    }
+
+    /// The hash slot of key `n`: [`slot`] of [`NumberedKeys::key`].
+    pub fn slot(&self, n: u64) -> u16 {
+        match self.crc {
+            Some(crc) => crc16_from(crc, resp::digits(n, &mut [0u8; 20])) % SLOTS as u16,
+            None => slot(self.key(n).as_bytes()),
+        }
+    }
 }
 
 /// One connection to one node.
@@ -161,12 +209,12 @@ pub struct Client {
     idle: Mutex<HashMap<(String, bool), Vec<Conn>>>,
 }
 
-/// One range to read: `len` bytes of `key` from `start`, into
-/// `dst[at..at + len]` of [`Client::get_ranges`]'s buffer.
-#[derive(Debug, Clone)]
+/// One range to read: `len` bytes of key `key` of `keys` from `start`,
+/// into `dst[at..at + len]` of [`Client::get_ranges`]'s buffer.
+#[derive(Debug, Clone, Copy)]
 pub struct Range {
-    /// The key.
-    pub key: String,
+    /// Which key of the batch's [`NumberedKeys`].
+    pub key: u64,
     /// Its first byte.
     pub start: u64,
     /// Bytes.
@@ -445,7 +493,12 @@ impl Client {
     /// moved, from a failed node, or short from a replica are tried again
     /// (up to `retries` more rounds). A range that comes back short from a
     /// master (the key is missing or shorter) is an error naming its key.
-    pub fn get_ranges(&self, ranges: &[Range], dst: &mut [u8]) -> Result<(), RemoteError> {
+    pub fn get_ranges(
+        &self,
+        keys: &NumberedKeys,
+        ranges: &[Range],
+        dst: &mut [u8],
+    ) -> Result<(), RemoteError> {
         for r in ranges {
             if r.len == 0 || r.at.checked_add(r.len).is_none_or(|end| end > dst.len()) {
                 return Err(RemoteError::Protocol {
@@ -478,17 +531,18 @@ impl Client {
             let mut by_owner: HashMap<(u32, u32), Vec<Pending>> = HashMap::new();
             let map = self.map.read().unwrap_or_else(|e| e.into_inner());
             for p in pending.drain(..) {
-                let key = ranges[p.range].key.as_bytes();
+                let key = ranges[p.range].key;
                 if let Some(to) = &p.ask {
                     by_node.entry((to.clone(), false)).or_default().push(p);
                     continue;
                 }
-                match self.pick(&map, slot(key), p.tried) {
+                let slot = keys.slot(key);
+                match self.pick(&map, slot, p.tried) {
                     Some(owner) => by_owner.entry(owner).or_default().push(p),
                     None => {
                         round.last = Some(RemoteError::Uncovered {
-                            slot: slot(key),
-                            key: ranges[p.range].key.clone(),
+                            slot,
+                            key: keys.key(key),
                         });
                         round.stale = true;
                         round.next.push(Pending { tried: 0, ..p });
@@ -505,14 +559,14 @@ impl Client {
             // Write every node's commands, then read every node's replies.
             let mut sent = Vec::new();
             for (node, items) in by_node {
-                match self.send_ranges(&node, ranges, &items) {
+                match self.send_ranges(&node, (keys, ranges), &items) {
                     Ok(conn) => sent.push((node, items, conn)),
                     Err(e @ RemoteError::Auth { .. }) => return Err(e),
                     Err(e) => round.fail(e, items),
                 }
             }
             for (node, items, conn) in sent {
-                self.read_ranges(node, ranges, items, conn, dst, &mut round)?;
+                self.read_ranges(node, (keys, ranges), items, conn, dst, &mut round)?;
             }
             if round.stale {
                 let _ = self.refresh();
@@ -524,7 +578,7 @@ impl Client {
         }
         Err(RemoteError::GaveUp {
             ranges: pending.len(),
-            key: ranges[pending[0].range].key.clone(),
+            key: keys.key(ranges[pending[0].range].key),
             rounds: self.options().retries + 1,
             last: Box::new(round.last.unwrap_or(RemoteError::NoNode)),
         })
@@ -535,11 +589,12 @@ impl Client {
     fn send_ranges(
         &self,
         node: &NodeKey,
-        ranges: &[Range],
+        (keys, ranges): (&NumberedKeys, &[Range]),
         items: &[Pending],
     ) -> Result<Conn, RemoteError> {
         let mut c = self.take(&node.0, node.1)?;
         let mut buf = Vec::with_capacity(items.len() * 64);
+        let mut key = Vec::new();
         for p in items {
             let r = &ranges[p.range];
             if p.ask.is_some() {
@@ -547,10 +602,11 @@ impl Client {
             }
             let (mut a, mut b) = ([0u8; 20], [0u8; 20]);
             let end = r.start + r.len as u64 - 1;
+            keys.write(r.key, &mut key);
             resp::encode(
                 &[
                     b"GETRANGE".as_slice(),
-                    r.key.as_bytes(),
+                    &key,
                     resp::digits(r.start, &mut a),
                     resp::digits(end, &mut b),
                 ],
@@ -567,7 +623,7 @@ impl Client {
     fn read_ranges(
         &self,
         (node, replica): NodeKey,
-        ranges: &[Range],
+        (keys, ranges): (&NumberedKeys, &[Range]),
         items: Vec<Pending>,
         mut c: Conn,
         dst: &mut [u8],
@@ -593,7 +649,7 @@ impl Client {
                     Some(Again::Moved) => {
                         round.stale = true;
                         round.last = Some(RemoteError::Redirected {
-                            key: r.key.clone(),
+                            key: keys.key(r.key),
                             message: e,
                         });
                         round.next.push(again(0));
@@ -615,7 +671,7 @@ impl Client {
                 Ok(Some(other)) => {
                     let short = RemoteError::Short {
                         node: node.clone(),
-                        key: r.key.clone(),
+                        key: keys.key(r.key),
                         start: r.start,
                         want: r.len,
                         got: other.bytes().map_or(0, <[u8]>::len),
@@ -709,5 +765,26 @@ mod tests {
         assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
         // CRC16/XMODEM's check value (below 16384, so its own slot).
         assert_eq!(slot(b"123456789"), 0x31C3);
+    }
+
+    #[test]
+    fn numbered_keys_hash_as_whole_keys() {
+        // The prefix's CRC continued over the number equals the whole key's
+        // slot; a prefix with a `{` (a hash tag the number may close) is
+        // hashed whole.
+        for prefix in ["pleio:t:0123456789abcdef:b", "", "a{", "{t}x", "{"] {
+            let keys = NumberedKeys::new(prefix.to_string());
+            let mut buf = Vec::new();
+            for n in [0, 1, 9, 10, 12345, 999_999, u64::MAX] {
+                let key = keys.key(n);
+                keys.write(n, &mut buf);
+                assert_eq!(buf, key.as_bytes(), "{prefix} {n}");
+                assert_eq!(keys.slot(n), slot(key.as_bytes()), "{key}");
+            }
+        }
+        // CRC16/XMODEM's check value, the prefix's CRC continued over "9".
+        assert_eq!(NumberedKeys::new("12345678".into()).slot(9), 0x31C3);
+        // A tag closed in the prefix: only the tag is hashed.
+        assert_eq!(NumberedKeys::new("a{b}".into()).slot(7), slot(b"b"));
     }
 }
