@@ -514,18 +514,19 @@ def publish_speed(path):
 
 
 def remote_gather(path):
-    """scripts/remote_speed.py gather: batches of raw rows from one server and a cluster, with and without huge pages."""
+    """scripts/remote_speed.py gather: batches of raw rows from one server and a cluster, with and without huge
+    pages; back to back, and (newer reports) after an idle pause before each batch."""
     rep = load(path)
     runs = rep["output"]
-    sizes = sorted({x["rows"] for x in runs})
-    out = ["| Redis | heap | " + " | ".join(f"{n} rows: median (p90)" for n in sizes) + " |",
-           "|---|---|" + "---:|" * len(sizes)]
-    by = {(x["target"], x["thp"], x["rows"]): x for x in runs}
+    cols = sorted({(x["rows"], x.get("pause_ms", 0)) for x in runs}, key=lambda c: (c[1] > 0, c[0]))
+    head = [f"{n} rows{f' after {p} ms idle' if p else ''}: median (p90)" for n, p in cols]
+    out = ["| Redis | heap | " + " | ".join(head) + " |", "|---|---|" + "---:|" * len(cols)]
+    by = {(x["target"], x["thp"], x["rows"], x.get("pause_ms", 0)): x for x in runs}
     for target, thp in dict.fromkeys((x["target"], x["thp"]) for x in runs):
-        huge = max(by[target, thp, n]["anon_huge_kib"] for n in sizes if (target, thp, n) in by)
+        huge = max(by[target, thp, n, p]["anon_huge_kib"] for n, p in cols if (target, thp, n, p) in by)
         heap = f"huge pages ({huge / 2**20:.2f} GiB)" if thp else "4 KiB pages"
-        cells = [f"{ms(by[target, thp, n]['median_us'])} ({ms(by[target, thp, n]['p90_us'])})"
-                 if (target, thp, n) in by else "-" for n in sizes]
+        cells = [f"{ms(by[target, thp, n, p]['median_us'])} ({ms(by[target, thp, n, p]['p90_us'])})"
+                 if (target, thp, n, p) in by else "-" for n, p in cols]
         out.append(f"| {target} | {heap} | " + " | ".join(cells) + " |")
     return with_footer(path, "\n".join(out), rep)
 

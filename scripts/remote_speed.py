@@ -15,7 +15,8 @@ table again, when every bucket is there and only the resume check runs
 gather: random batches of raw rows from the published table (the
 `remote_gather` example of pleio-benches: medians and p90 per batch size),
 with the servers' heap on 4 KiB pages and on transparent huge pages
-(jemalloc's `thp:always` and Redis's `disable-thp no`):
+(jemalloc's `thp:always` and Redis's `disable-thp no`); batches back to
+back, and 1792 rows after --pause-ms of idle before each batch:
 
     python3 scripts/reportmeta.py --out docs/reports/remote-gather.json -- \\
         python3 scripts/remote_speed.py gather --pleio target/release/pleio \\
@@ -104,13 +105,17 @@ def gather_runs(a, d):
             try:
                 url = servers.url("t")
                 publish(a.pleio, table, url, 4)
-                for rows in (16, 1792):
-                    got = json.loads(subprocess.run([exe_path, url, str(rows), str(a.batches), "--json"],
-                                                    check=True, capture_output=True, text=True).stdout)
+                # Back to back, then 1792 rows with a pause before each
+                # batch (an engine's decode steps come tens of ms apart).
+                for rows, pause in ((16, 0), (1792, 0), (1792, a.pause_ms)):
+                    batches = a.batches if pause == 0 else min(a.batches, 100)
+                    got = json.loads(subprocess.run([exe_path, url, str(rows), str(batches), "--pause-ms", str(pause),
+                                                     "--json"], check=True, capture_output=True, text=True).stdout)
                     huge = sum(int(l.split()[1]) for p in servers.procs
                                for l in open(f"/proc/{p.pid}/smaps_rollup") if l.startswith("AnonHugePages:"))
-                    print(json.dumps({"target": target, "thp": thp, "rows": rows, "batches": a.batches,
-                                      "median_us": got["median_us"], "p90_us": got["p90_us"], "anon_huge_kib": huge}), flush=True)
+                    print(json.dumps({"target": target, "thp": thp, "rows": rows, "batches": batches,
+                                      "pause_ms": pause, "median_us": got["median_us"], "p90_us": got["p90_us"],
+                                      "anon_huge_kib": huge}), flush=True)
             finally:
                 servers.stop()
 
@@ -146,6 +151,8 @@ def main():
     ap.add_argument("--in-flight", default="1,2,4,8,16", help="publish: the --in-flight values")
     ap.add_argument("--repeat", type=int, default=2, help="publish: runs per value")
     ap.add_argument("--batches", type=int, default=300, help="gather: batches per size")
+    ap.add_argument("--pause-ms", type=int, default=50,
+                    help="gather: the idle time before each batch of the paused 1792-row run (at most 100 batches)")
     ap.add_argument("--bench-batches", type=int, default=30, help="bench: row lists per size")
     ap.add_argument("--strategies", default="fault,auto,shared", help="bench: the file's strategies")
     ap.add_argument("--json", help="bench: where pleio bench writes its report")

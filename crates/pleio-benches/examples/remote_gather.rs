@@ -3,19 +3,36 @@
 //! a 1792-row batch goes, read beside the server's `INFO commandstats` and
 //! its process's CPU time). With `--json`, one JSON object instead
 //! (`rows`, `batches`, `median_us`, `p90_us`: what scripts/remote_speed.py
-//! reads).
+//! reads). With `--pause-ms N`, the client sleeps N ms before each batch,
+//! as an engine does between decode steps: the servers and the client wake
+//! from idle for every batch instead of running back to back.
 //!
 //!     cargo run --release -p pleio-benches --example remote_gather -- \
-//!         redis://127.0.0.1:PORT/NAME [ROWS=1792] [BATCHES=200] [STRATEGY=auto] [--json]
+//!         redis://127.0.0.1:PORT/NAME [ROWS=1792] [BATCHES=200] [STRATEGY=auto] \
+//!         [--pause-ms N] [--json]
 
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let json = args.iter().any(|s| s == "--json");
-    let a: Vec<&String> = args.iter().filter(|s| *s != "--json").collect();
+    let pause_at = args.iter().position(|s| s == "--pause-ms");
+    let pause = match pause_at {
+        Some(i) => std::time::Duration::from_millis(
+            args.get(i + 1)
+                .ok_or("--pause-ms needs a number of milliseconds")?
+                .parse()?,
+        ),
+        None => std::time::Duration::ZERO,
+    };
+    let a: Vec<&String> = args
+        .iter()
+        .enumerate()
+        .filter(|&(i, s)| s != "--json" && pause_at.is_none_or(|p| i != p && i != p + 1))
+        .map(|(_, s)| s)
+        .collect();
     let url = a.get(1).ok_or(
-        "usage: remote_gather redis://HOST:PORT/NAME [ROWS] [BATCHES] [STRATEGY] [--json]",
+        "usage: remote_gather redis://HOST:PORT/NAME [ROWS] [BATCHES] [STRATEGY] [--pause-ms N] [--json]",
     )?;
     let n: usize = a.get(2).map_or(Ok(1792), |s| s.parse())?;
     let batches: usize = a.get(3).map_or(Ok(200), |s| s.parse())?;
@@ -26,6 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut times = Vec::with_capacity(batches);
     for _ in 0..batches {
         let rows: Vec<u64> = (0..n).map(|_| rng.below(t.rows())).collect();
+        std::thread::sleep(pause);
         let s = Instant::now();
         t.gather_as(pleio::Dtype::Raw, &rows, &mut out)?;
         times.push(s.elapsed().as_secs_f64() * 1e6);
