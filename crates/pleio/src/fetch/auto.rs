@@ -88,10 +88,12 @@ impl Table {
 
     /// True if every region of the table is mapped.
     fn wholly_mapped(&self) -> bool {
-        self.shared.table.regions().all(|r| {
-            self.mapping_of(r.file)
-                .and_then(|m| m.bytes(r.range.start, r.range.end - r.range.start))
-                .is_some()
+        *self.shared.wholly_mapped.get_or_init(|| {
+            self.shared.table.regions().all(|r| {
+                self.mapping_of(r.file)
+                    .and_then(|m| m.bytes(r.range.start, r.range.end - r.range.start))
+                    .is_some()
+            })
         })
     }
 
@@ -145,9 +147,31 @@ impl Table {
         // 0.. in request order.
         let mut sequential = true;
         let n = rows.len();
+        // One region: the rows of the window after next are asked of memory
+        // (a software prefetch: no fault, no wait) before each window's
+        // clock read, which waits for every earlier load to finish; without
+        // it a warm 1792-row gather of a GGUF table took 1.8-2x `fault`'s
+        // time, one memory round trip per window.
+        let ahead = self
+            .shared
+            .table
+            .single_region()
+            .and_then(|r| Some((self.mapping_of(r.file)?, r.range.start)));
+        let prefetch = |from: usize| {
+            if let Some((m, start)) = ahead {
+                for &r in &rows[from.min(n)..(from + WINDOW).min(n)] {
+                    if let Some(at) = r.checked_mul(rb as u64).and_then(|o| o.checked_add(start)) {
+                        m.prefetch(at, rb as u64);
+                    }
+                }
+            }
+        };
+        prefetch(0);
+        prefetch(WINDOW);
         let mut i = 0;
         while i < n {
             let end = (i + WINDOW).min(n);
+            prefetch(end + WINDOW);
             let clock = (end < n).then(Instant::now);
             let window = &rows[i..end];
             if window.iter().all(|&r| res.is_resident(r)) {

@@ -538,6 +538,9 @@ struct Shared {
     table: Layout,
     backends: direct::Backends,
     residency: OnceLock<known_pages::Residency>,
+    /// Every region lies in a retained part of its file's mapping (the
+    /// mappings do not change once the table is made), found on first use.
+    wholly_mapped: OnceLock<bool>,
     totals: totals::Totals,
     /// The source to gather from when this one fails (a local copy behind
     /// Redis, or Redis behind a local copy).
@@ -777,6 +780,7 @@ impl Table {
                 table,
                 backends: direct::Backends::new(paths, files),
                 residency: OnceLock::new(),
+                wholly_mapped: OnceLock::new(),
                 totals: totals::Totals::default(),
                 next_tier: None,
             }),
