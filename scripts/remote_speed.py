@@ -37,6 +37,7 @@ kept (the machine's other work only ever slows a run down).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -62,6 +63,20 @@ def the_table(a, d):
 
 
 TARGETS = (("one server", 1), ("3-master cluster", 3))
+
+
+@contextlib.contextmanager
+def published(a, table, n, d, thp):
+    """`n` servers (a cluster when n > 1) in `d` with `table` published as
+    `t` (4 uploads in flight): yields the servers and the table's URL, and
+    stops the servers by pid on the way out."""
+    servers = Servers(n, d, thp=thp)
+    try:
+        url = servers.url("t")
+        publish(a.pleio, table, url, 4)
+        yield servers, url
+    finally:
+        servers.stop()
 
 
 def publish_runs(a, d):
@@ -101,10 +116,7 @@ def gather_runs(a, d):
                     if '"executable":"' in l and "remote_gather" in l)
     for target, n in TARGETS:
         for thp in (False, True):
-            servers = Servers(n, Path(d) / f"g{n}{'h' if thp else ''}", thp=thp)
-            try:
-                url = servers.url("t")
-                publish(a.pleio, table, url, 4)
+            with published(a, table, n, Path(d) / f"g{n}{'h' if thp else ''}", thp) as (servers, url):
                 # Back to back, then 1792 rows with a pause before each
                 # batch (an engine's decode steps come tens of ms apart).
                 for rows, pause in ((16, 0), (1792, 0), (1792, a.pause_ms)):
@@ -116,24 +128,17 @@ def gather_runs(a, d):
                     print(json.dumps({"target": target, "thp": thp, "rows": rows, "batches": batches,
                                       "pause_ms": pause, "median_us": got["median_us"], "p90_us": got["p90_us"],
                                       "anon_huge_kib": huge}), flush=True)
-            finally:
-                servers.stop()
 
 
 def bench_run(a, d):
     if not a.json:
         raise SystemExit("remote_speed.py bench: --json OUT is required (the report)")
     table = the_table(a, d)
-    servers = Servers(3, Path(d) / "b3h", thp=True)
-    try:
-        url = servers.url("t")
-        publish(a.pleio, table, url, 4)
-        out = Path(a.json).resolve()
+    out = Path(a.json).resolve()
+    with published(a, table, 3, Path(d) / "b3h", True) as (_, url):
         subprocess.run([a.pleio, "bench", str(table), "--redis", url, "--rows", "16,1792",
                         "--batches", str(a.bench_batches), "--strategies", a.strategies, "--dtype", "raw",
                         "--json", str(out), "--force"], check=True)
-    finally:
-        servers.stop()
     rep = json.loads(out.read_text())
     # The footer names the command that reproduces the run (this one), not
     # pleio's own, whose address was a port picked here.
