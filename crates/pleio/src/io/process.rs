@@ -69,15 +69,21 @@ impl<T> PerProcess<T> {
 
     /// The calling process's value if it has made one.
     pub fn get(&self) -> Option<&T> {
-        let me = std::process::id();
-        let mut entry = &self.head;
+        Self::find(&self.head, std::process::id()).ok()
+    }
+
+    /// From `entry` on: the value of process `me`, or the last entry.
+    fn find(mut entry: &Entry<T>, me: u32) -> Result<&T, &Entry<T>> {
         loop {
             if entry.pid == me {
                 if let Some(v) = &entry.value {
-                    return Some(v);
+                    return Ok(v);
                 }
             }
-            entry = entry.next.get()?;
+            match entry.next.get() {
+                Some(next) => entry = next,
+                None => return Err(entry),
+            }
         }
     }
 
@@ -95,32 +101,22 @@ impl<T> PerProcess<T> {
     /// is returned and nothing is kept: the next call tries again.
     pub fn get_or_try_init<E>(&self, make: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
         let me = std::process::id();
-        let mut entry = &self.head;
         let mut make = Some(make);
+        let mut from = &self.head;
         loop {
-            if entry.pid == me {
-                if let Some(v) = &entry.value {
-                    return Ok(v);
-                }
-            }
-            entry = match entry.next.get() {
-                Some(next) => next,
-                None => {
-                    let Some(make) = make.take() else {
-                        // `make` ran and lost the race to another thread:
-                        // its entry is `next` now.
-                        unreachable!("a set OnceLock is never empty again")
-                    };
-                    let mine = Box::new(Entry::new(make()?));
-                    // Err: another thread of this process set it first;
-                    // ours is dropped (it was never used).
-                    let _ = entry.next.set(mine);
-                    match entry.next.get() {
-                        Some(next) => next,
-                        None => unreachable!("set above"),
-                    }
-                }
+            let last = match Self::find(from, me) {
+                Ok(v) => return Ok(v),
+                Err(last) => last,
             };
+            let Some(make) = make.take() else {
+                // `make` ran and its entry (or a racing thread's of this
+                // process) follows `last`: the walk above found it.
+                unreachable!("a set OnceLock is never empty again")
+            };
+            // Err: another thread of this process set it first; ours is
+            // dropped (it was never used).
+            let _ = last.next.set(Box::new(Entry::new(make()?)));
+            from = last;
         }
     }
 }
