@@ -362,7 +362,7 @@ fn token() -> u64 {
 
 /// The owner word of this thread: token and pid.
 fn me() -> u64 {
-    (token() << 32) | u64::from(std::process::id())
+    (token() << 32) | u64::from(crate::sys::pid())
 }
 
 fn pid_of(word: u64) -> u32 {
@@ -666,7 +666,7 @@ impl Segment {
 
     /// Takes an entry of the attach table (a free one or a dead process's).
     fn register(&mut self) {
-        let pid = u64::from(std::process::id());
+        let pid = u64::from(crate::sys::pid());
         for k in 0..ATTACH_SLOTS {
             let w = self.word(H_ATTACH + k);
             let cur = w.load(Ordering::Acquire);

@@ -230,7 +230,7 @@ impl Prefetcher {
             cancelled,
             shared: self.shared.clone(),
             ready,
-            pid: std::process::id(),
+            pid: crate::sys::pid(),
         }
     }
 }
@@ -549,7 +549,7 @@ impl Prefetch {
     /// [`LookaheadError::Forked`]: the worker that would send it is the
     /// parent's.
     fn forked(&mut self) {
-        let now = std::process::id();
+        let now = crate::sys::pid();
         if self.ready.is_none() && now != self.pid {
             self.ready = Some(Err(LookaheadError::Forked { by: self.pid, now }));
         }

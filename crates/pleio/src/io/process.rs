@@ -38,7 +38,7 @@ struct Entry<T> {
 impl<T> Entry<T> {
     fn new(value: T) -> Entry<T> {
         Entry {
-            pid: std::process::id(),
+            pid: crate::sys::pid(),
             value: Some(value),
             next: OnceLock::new(),
         }
@@ -69,7 +69,7 @@ impl<T> PerProcess<T> {
 
     /// The calling process's value if it has made one.
     pub fn get(&self) -> Option<&T> {
-        Self::find(&self.head, std::process::id()).ok()
+        Self::find(&self.head, crate::sys::pid()).ok()
     }
 
     /// From `entry` on: the value of process `me`, or the last entry.
@@ -100,7 +100,7 @@ impl<T> PerProcess<T> {
     /// process racing it keeps the first one made). An error from `make`
     /// is returned and nothing is kept: the next call tries again.
     pub fn get_or_try_init<E>(&self, make: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
-        let me = std::process::id();
+        let me = crate::sys::pid();
         let mut make = Some(make);
         let mut from = &self.head;
         loop {
@@ -130,7 +130,7 @@ impl<T> Default for PerProcess<T> {
 
 impl<T> Drop for PerProcess<T> {
     fn drop(&mut self) {
-        let me = std::process::id();
+        let me = crate::sys::pid();
         let mut entry = Some(&mut self.head);
         while let Some(e) = entry {
             if let Some(v) = e.value.take() {

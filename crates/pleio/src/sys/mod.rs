@@ -45,6 +45,27 @@ mod adv;
 use stub as adv;
 
 
+/// This process's id, without a system call each time (glibc no longer
+/// caches it, and the row caches ask per row): kept per thread with the
+/// fork count it was read under, and read again in a forked child (whose
+/// one thread starts from its parent thread's copy).
+pub(crate) fn pid() -> u32 {
+    thread_local! {
+        static PID: std::cell::Cell<Option<(u64, u32)>> = const { std::cell::Cell::new(None) };
+    }
+    let Some(forks) = base::forks() else {
+        return std::process::id();
+    };
+    PID.with(|c| match c.get() {
+        Some((f, pid)) if f == forks => pid,
+        _ => {
+            let pid = std::process::id();
+            c.set(Some((forks, pid)));
+            pid
+        }
+    })
+}
+
 /// Asks the CPU to start loading the cache lines of the `len` bytes at
 /// `start` into its caches, at most `max_lines` of them: a software
 /// prefetch, which never faults, blocks or reads anything architecturally,

@@ -14,6 +14,11 @@ use super::{AdviceMode, AdviceOutcome, MemRun};
 pub(super) const NOOP: bool = true;
 
 /// Only used where the OS cannot be asked (non-Unix targets).
+/// No fork is counted here: [`super::pid`] asks the OS each time.
+pub(super) fn forks() -> Option<u64> {
+    None
+}
+
 pub(super) fn page_size() -> u64 {
     4096
 }

@@ -9,6 +9,29 @@ use std::sync::OnceLock;
 
 use super::MemRun;
 
+/// Forks seen by this process's ancestry line: bumped in the child after
+/// every `fork` (a `pthread_atfork` child handler).
+static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+extern "C" fn after_fork_in_child() {
+    // Async-signal-safe: one atomic add.
+    FORKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How many forks made this process from the one that first asked (0
+/// there); the handler that counts them is installed by the first call.
+pub(super) fn forks() -> Option<u64> {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // SAFETY: installs a child handler that only adds to an atomic;
+        // no pointers are passed but the function's.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_in_child));
+        }
+    });
+    Some(FORKS.load(std::sync::atomic::Ordering::Relaxed))
+}
+
 pub(super) fn page_size() -> u64 {
     static PAGE: OnceLock<u64> = OnceLock::new();
     *PAGE.get_or_init(|| {
