@@ -396,6 +396,50 @@ impl Mapping {
         }
     }
 
+    /// Copies `len` bytes at each `(mapping, file offset)` of `parts` into
+    /// `dst`, one after another, with one guarded copy for all of them
+    /// (where [`Mapping::copy_rows_in`] takes one call per mapping and row
+    /// size): the parts of a checkpoint batch, spread over shard tensors
+    /// and files. `addrs` is scratch.
+    ///
+    /// Returns false, with `dst` unspecified, if it cannot: a part is
+    /// `None` or not inside a retained fragment of its mapping, `dst` is
+    /// too short, this thread's reads are not guarded, or a read faulted.
+    /// The caller then copies part by part, which names the failing part
+    /// or reads it with `pread`.
+    pub(crate) fn copy_parts_in<'m>(
+        scope: &sys::guard::Scope,
+        parts: impl Iterator<Item = Option<(&'m Mapping, u64)>>,
+        len: u64,
+        addrs: &mut Vec<u64>,
+        dst: &mut [u8],
+    ) -> bool {
+        if !scope.use_mapping() {
+            return false;
+        }
+        addrs.clear();
+        for part in parts {
+            let Some((m, offset)) = part else {
+                return false;
+            };
+            if m.fragment_containing(offset, len).is_none() {
+                return false;
+            }
+            // Inside the mapping: the address cannot overflow.
+            addrs.push(m.ptr as u64 + offset);
+        }
+        let Ok(len) = usize::try_from(len) else {
+            return false;
+        };
+        if addrs.len().checked_mul(len).is_none_or(|n| n > dst.len()) {
+            return false;
+        }
+        // SAFETY: every address starts `len` bytes inside a retained
+        // fragment of a mapping borrowed for `'m` (unmapping needs `&mut`),
+        // mapped read-only; `dst` holds every part (checked).
+        unsafe { sys::guard::copy_from(dst, addrs, len) }.is_ok()
+    }
+
     /// [`Mapping::copy_rows`] within a gather's guard `scope`.
     pub(crate) fn copy_rows_in(
         &self,

@@ -10,10 +10,11 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fetch_fixture::{bits, Fixture, Rng};
+use fetch_fixture::{bits, CkptFixture, Fixture, Rng};
 use pleio::fetch::GatherError;
 use pleio::fetch::SigbusGuard;
 use pleio::{sys, Error, ErrorKind, Strategy, Table};
+use pleio_lab::synth_ckpt::CkptEncoding;
 use pleio_testkit::{skip, skip_case};
 
 /// Output filler: a gather that fails must leave every float like this.
@@ -126,6 +127,85 @@ fn every_strategy_reports_a_shrunk_file_as_an_error() {
             restore(&fx, &whole);
             reader.gather_with(s, &rows, &mut out).unwrap();
             assert_eq!(bits(&out), want, "{s} warm={warm}: after the restore");
+        }
+    }
+}
+
+/// A checkpoint's rows are copied out of several files' mappings, all
+/// parts of a batch in one guarded copy (one a part number for MLX 4-bit's
+/// three parts): one file cut in half under warm readers is an error naming
+/// that file and a row of the batch, the output untouched; rows of the
+/// other files are still served, and all of them once the file is back.
+#[test]
+fn a_shrunk_checkpoint_file_is_an_error_naming_it() {
+    for enc in [CkptEncoding::Fp8, CkptEncoding::Mlx4] {
+        let fx = CkptFixture::new(enc, 4000, 8, 3, 11);
+        let mut files: Vec<_> = std::fs::read_dir(&fx.path)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        files.sort();
+        let victim = files.last().unwrap().clone();
+        let whole = std::fs::read(&victim).unwrap();
+        let rows: Vec<u64> = (0..fx.rows).step_by(13).collect();
+        let want = bits(&fx.reference(&rows));
+        for s in [Strategy::Fault, Strategy::Auto] {
+            if unguarded(s) {
+                skip_case!("{s}: no SIGBUS guard on this target");
+                continue;
+            }
+            let reader = fx.reader();
+            let e160 = reader.row_elems();
+            let mut out = vec![0f32; rows.len() * e160];
+            reader.gather_with(s, &rows, &mut out).unwrap();
+            assert_eq!(bits(&out), want, "{enc:?} {s}: warm-up");
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&victim)
+                .unwrap();
+            // At a page boundary: the rest of a page cut in its middle
+            // reads as zeros through a mapping, not as a fault
+            // (docs/reliability.md).
+            let page = sys::page_size();
+            f.set_len(whole.len() as u64 / 2 / page * page).unwrap();
+            out.fill(UNTOUCHED);
+            let e = reader.gather_with(s, &rows, &mut out).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Io, "{enc:?} {s}: {e:?}");
+            assert_eq!(e.path(), Some(victim.as_path()), "{enc:?} {s}: {e:?}");
+            assert!(e.offset().is_some(), "{enc:?} {s}: {e:?}");
+            if let Some(row) = e.row() {
+                assert!(rows.contains(&row), "{enc:?} {s}: {e:?}");
+            }
+            assert!(
+                out.iter().all(|&x| x == UNTOUCHED),
+                "{enc:?} {s}: output written on error"
+            );
+            // Row by row: the other files' rows are served and right, the
+            // cut file's later rows fail.
+            let (mut served, mut failed) = (0, 0);
+            for (i, &r) in rows.iter().enumerate() {
+                let mut one = vec![0f32; e160];
+                match reader.gather_with(s, &[r], &mut one) {
+                    Ok(_) => {
+                        served += 1;
+                        assert_eq!(
+                            bits(&one),
+                            &want[i * e160..(i + 1) * e160],
+                            "{enc:?} {s}: row {r}"
+                        );
+                    }
+                    Err(e) => {
+                        failed += 1;
+                        assert_eq!(e.path(), Some(victim.as_path()), "{enc:?} {s}: {e:?}");
+                    }
+                }
+            }
+            assert!(served > 0 && failed > 0, "{enc:?} {s}: {served} {failed}");
+            f.set_len(0).unwrap();
+            f.write_all_at(&whole, 0).unwrap();
+            reader.gather_with(s, &rows, &mut out).unwrap();
+            assert_eq!(bits(&out), want, "{enc:?} {s}: after the restore");
         }
     }
 }

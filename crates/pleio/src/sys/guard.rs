@@ -326,7 +326,24 @@ pub(crate) unsafe fn copy_rows(
         .checked_mul(row_bytes)
         .is_some_and(|n| n <= dst.len()));
     // SAFETY: forwarded from the caller.
-    unsafe { imp::copy_rows(dst, base, rows, row_bytes) }
+    unsafe { imp::copy_scaled(dst, base, rows, row_bytes, row_bytes) }
+}
+
+/// Copies `len` bytes from each address of `addrs` to `dst[i * len..]`, in
+/// order: [`copy_rows`] for parts that lie in different places (several
+/// tensors, several files' mappings), one guarded call for all of them.
+/// `Err` names the index of the address whose read raised `SIGBUS`.
+///
+/// # Safety
+///
+/// `dst` holds at least `addrs.len() * len` bytes (no overflow), and each
+/// `addrs[i]..addrs[i] + len` lies inside one live read-only mapping of a
+/// file, as for [`copy_rows`].
+pub(crate) unsafe fn copy_from(dst: &mut [u8], addrs: &[u64], len: usize) -> Result<(), CopyFault> {
+    debug_assert!(addrs.len().checked_mul(len).is_some_and(|n| n <= dst.len()));
+    // SAFETY: forwarded from the caller; a null base and a scale of 1 make
+    // each entry its own source address.
+    unsafe { imp::copy_scaled(dst, std::ptr::null(), addrs, len, 1) }
 }
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
@@ -341,16 +358,21 @@ mod imp {
     pub(super) const PROTECTED: bool = true;
 
     // pleio_guarded_copy_rows(dst: rdi, base: rsi, rows: rdx, n: rcx,
-    //                         row_bytes: r8) -> (rax: rows copied, rdx: 0)
+    //                         len: r8, scale: r9)
+    //     -> (rax: rows left, 0 when all were copied; rdx: 0)
     //
-    // Row `r9` is copied from `r10` to `rdi`, `r11` bytes left; throughout
-    // the copy of a row, `r10 - (r8 - r11)` is the row's first source byte
-    // (the tail load from `rax` moves neither). Between
+    // Row `rows[i]` is `len` bytes at `base + rows[i] * scale`: `scale ==
+    // len` for rows of one tensor, 1 for byte offsets (absolute addresses
+    // with a null base). `rdx` points at the next row, `rcx` counts the
+    // rows left. The row is copied from `r10` to `rdi`, `r11` bytes left;
+    // throughout the copy of a row, `r10 - (r8 - r11)` is the row's first
+    // source byte (the tail load from `rax` moves neither). Between
     // pleio_guarded_copy_loads and the landing, only loads of row bytes
     // (from `r10`/`rax`) read the mapping; the handler then sets rdx to the
     // faulting address and rip to pleio_guarded_copy_fault, which returns
-    // (rax: r9, the row that faulted; rdx: the address). Caller-saved
-    // registers only (rax, rcx, rdx, rsi, rdi, r8-r11, xmm0); no stack.
+    // (rax: rcx, the rows left counting the one that faulted; rdx: the
+    // address). Caller-saved registers only (rax, rcx, rdx, rsi, rdi,
+    // r8-r11, xmm0); no stack.
     std::arch::global_asm!(
         ".pushsection .text.pleio_guarded_copy,\"ax\",@progbits",
         ".p2align 4",
@@ -358,12 +380,11 @@ mod imp {
         ".hidden pleio_guarded_copy_rows",
         ".type pleio_guarded_copy_rows,@function",
         "pleio_guarded_copy_rows:",
-        "    xor r9d, r9d",
         "20:",
-        "    cmp r9, rcx",
-        "    jae 29f",
-        "    mov r10, qword ptr [rdx + 8*r9]",
-        "    imul r10, r8",
+        "    test rcx, rcx",
+        "    jz 29f",
+        "    mov r10, qword ptr [rdx]",
+        "    imul r10, r9",
         "    add r10, rsi",
         "    mov r11, r8",
         // From here to the landing, only row bytes are loaded.
@@ -389,7 +410,8 @@ mod imp {
         "    movdqu xmmword ptr [rdi + r11 - 16], xmm0",
         "    add rdi, r11",
         "24:",
-        "    inc r9",
+        "    add rdx, 8",
+        "    dec rcx",
         "    jmp 20b",
         // Fewer than 16 bytes: byte by byte.
         "25:",
@@ -404,7 +426,7 @@ mod imp {
         "    jnz 26b",
         "    jmp 24b",
         "29:",
-        "    mov rax, r9",
+        "    xor eax, eax",
         "    xor edx, edx",
         "    ret",
         ".size pleio_guarded_copy_rows, . - pleio_guarded_copy_rows",
@@ -412,7 +434,7 @@ mod imp {
         ".hidden pleio_guarded_copy_fault",
         ".type pleio_guarded_copy_fault,@function",
         "pleio_guarded_copy_fault:",
-        "    mov rax, r9",
+        "    mov rax, rcx",
         "    ret",
         ".size pleio_guarded_copy_fault, . - pleio_guarded_copy_fault",
         ".popsection",
@@ -429,12 +451,11 @@ mod imp {
         ".hidden pleio_guarded_copy_rows_avx",
         ".type pleio_guarded_copy_rows_avx,@function",
         "pleio_guarded_copy_rows_avx:",
-        "    xor r9d, r9d",
         "30:",
-        "    cmp r9, rcx",
-        "    jae 39f",
-        "    mov r10, qword ptr [rdx + 8*r9]",
-        "    imul r10, r8",
+        "    test rcx, rcx",
+        "    jz 39f",
+        "    mov r10, qword ptr [rdx]",
+        "    imul r10, r9",
         "    add r10, rsi",
         "    mov r11, r8",
         ".globl pleio_guarded_copy_loads_avx",
@@ -457,7 +478,8 @@ mod imp {
         "    vmovdqu ymmword ptr [rdi + r11 - 32], ymm0",
         "    add rdi, r11",
         "34:",
-        "    inc r9",
+        "    add rdx, 8",
+        "    dec rcx",
         "    jmp 30b",
         // 16 to 31 bytes: two overlapping 16-byte moves.
         "35:",
@@ -483,7 +505,7 @@ mod imp {
         "    jmp 34b",
         "39:",
         "    vzeroupper",
-        "    mov rax, r9",
+        "    xor eax, eax",
         "    xor edx, edx",
         "    ret",
         ".size pleio_guarded_copy_rows_avx, . - pleio_guarded_copy_rows_avx",
@@ -492,7 +514,7 @@ mod imp {
         ".type pleio_guarded_copy_fault_avx,@function",
         "pleio_guarded_copy_fault_avx:",
         "    vzeroupper",
-        "    mov rax, r9",
+        "    mov rax, rcx",
         "    ret",
         ".size pleio_guarded_copy_fault_avx, . - pleio_guarded_copy_fault_avx",
         ".popsection",
@@ -502,7 +524,7 @@ mod imp {
     /// integers comes back in rax and rdx).
     #[repr(C)]
     struct Copied {
-        rows: usize,
+        left: usize,
         fault_addr: usize,
     }
 
@@ -512,7 +534,8 @@ mod imp {
             base: *const u8,
             rows: *const u64,
             n: usize,
-            row_bytes: usize,
+            len: usize,
+            scale: usize,
         ) -> Copied;
         fn pleio_guarded_copy_loads();
         fn pleio_guarded_copy_fault();
@@ -521,7 +544,8 @@ mod imp {
             base: *const u8,
             rows: *const u64,
             n: usize,
-            row_bytes: usize,
+            len: usize,
+            scale: usize,
         ) -> Copied;
         fn pleio_guarded_copy_loads_avx();
         fn pleio_guarded_copy_fault_avx();
@@ -758,7 +782,7 @@ mod imp {
             let in_row = addr.wrapping_sub(row_start) < row_bytes;
             if code > 0 && in_row {
                 // A load of a row faulted: resume at the landing, which
-                // returns the row index (r9, intact) and rdx.
+                // returns the rows left (rcx, intact) and rdx.
                 gregs[libc::REG_RDX as usize] = addr as i64;
                 gregs[libc::REG_RIP as usize] = landing as i64;
                 return;
@@ -887,27 +911,29 @@ mod imp {
         }
     }
 
-    pub(super) unsafe fn copy_rows(
+    pub(super) unsafe fn copy_scaled(
         dst: &mut [u8],
         base: *const u8,
         rows: &[u64],
-        row_bytes: usize,
+        len: usize,
+        scale: usize,
     ) -> Result<(), CopyFault> {
         let avx = std::arch::is_x86_feature_detected!("avx");
         // SAFETY: forwarded from the caller.
-        unsafe { copy_rows_with(avx, dst, base, rows, row_bytes) }
+        unsafe { copy_scaled_with(avx, dst, base, rows, len, scale) }
     }
 
-    /// [`copy_rows`] with the AVX routine (`avx`, which the CPU must have)
-    /// or the SSE2 one.
-    pub(super) unsafe fn copy_rows_with(
+    /// [`copy_scaled`] with the AVX routine (`avx`, which the CPU must
+    /// have) or the SSE2 one.
+    pub(super) unsafe fn copy_scaled_with(
         avx: bool,
         dst: &mut [u8],
         base: *const u8,
         rows: &[u64],
-        row_bytes: usize,
+        len: usize,
+        scale: usize,
     ) -> Result<(), CopyFault> {
-        if rows.is_empty() || row_bytes == 0 {
+        if rows.is_empty() || len == 0 {
             return Ok(());
         }
         // SAFETY: the caller guarantees `dst` has room for every row and
@@ -921,15 +947,21 @@ mod imp {
             } else {
                 pleio_guarded_copy_rows
             };
-            copy(dst.as_mut_ptr(), base, rows.as_ptr(), rows.len(), row_bytes)
+            copy(
+                dst.as_mut_ptr(),
+                base,
+                rows.as_ptr(),
+                rows.len(),
+                len,
+                scale,
+            )
         };
-        if done.rows >= rows.len() {
-            Ok(())
-        } else {
-            Err(CopyFault {
-                index: done.rows,
+        match done.left {
+            0 => Ok(()),
+            left => Err(CopyFault {
+                index: rows.len().saturating_sub(left),
                 addr: done.fault_addr,
-            })
+            }),
         }
     }
 }
@@ -971,14 +1003,15 @@ mod imp {
         }
     }
 
-    pub(super) unsafe fn copy_rows(
+    pub(super) unsafe fn copy_scaled(
         dst: &mut [u8],
         base: *const u8,
         rows: &[u64],
-        row_bytes: usize,
+        len: usize,
+        scale: usize,
     ) -> Result<(), CopyFault> {
         // SAFETY: forwarded from the caller.
-        unsafe { super::plain_copy(dst, base, rows, row_bytes) };
+        unsafe { super::plain_copy(dst, base, rows, len, scale) };
         Ok(())
     }
 }
@@ -989,12 +1022,13 @@ mod imp {
 ///
 /// As for [`copy_rows`]; a fault here raises `SIGBUS`.
 #[allow(dead_code)]
-unsafe fn plain_copy(dst: &mut [u8], base: *const u8, rows: &[u64], row_bytes: usize) {
-    for (&row, slot) in rows.iter().zip(dst.chunks_exact_mut(row_bytes)) {
+unsafe fn plain_copy(dst: &mut [u8], base: *const u8, rows: &[u64], len: usize, scale: usize) {
+    for (&row, slot) in rows.iter().zip(dst.chunks_exact_mut(len)) {
         // SAFETY: the caller guarantees the source range is mapped and
-        // readable and `slot` is `row_bytes` long.
-        let src =
-            unsafe { std::slice::from_raw_parts(base.add(row as usize * row_bytes), row_bytes) };
+        // readable and `slot` is `len` long.
+        let src = unsafe {
+            std::slice::from_raw_parts(base.wrapping_add(row as usize * scale), len)
+        };
         slot.copy_from_slice(src);
     }
 }
@@ -1050,20 +1084,36 @@ mod tests {
     type CopyFn = unsafe fn(&mut [u8], *const u8, &[u64], usize) -> Result<(), CopyFault>;
     fn routines() -> Vec<(&'static str, CopyFn)> {
         #[allow(unused_mut)]
-        let mut v: Vec<(&'static str, CopyFn)> = vec![("default", copy_rows)];
+        let mut v: Vec<(&'static str, CopyFn)> =
+            vec![("default", copy_rows), ("addresses", by_address)];
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
             // SAFETY (of the closures): forwarded; AVX only where detected.
             v.push(("sse2", |d, b, r, n| unsafe {
-                imp::copy_rows_with(false, d, b, r, n)
+                imp::copy_scaled_with(false, d, b, r, n, n)
             }));
             if std::arch::is_x86_feature_detected!("avx") {
                 v.push(("avx", |d, b, r, n| unsafe {
-                    imp::copy_rows_with(true, d, b, r, n)
+                    imp::copy_scaled_with(true, d, b, r, n, n)
                 }));
             }
         }
         v
+    }
+
+    /// [`copy_rows`] through [`copy_from`]: each row's address computed.
+    unsafe fn by_address(
+        dst: &mut [u8],
+        base: *const u8,
+        rows: &[u64],
+        rb: usize,
+    ) -> Result<(), CopyFault> {
+        let addrs: Vec<u64> = rows
+            .iter()
+            .map(|&r| base as u64 + r * rb as u64)
+            .collect();
+        // SAFETY: forwarded from the caller.
+        unsafe { copy_from(dst, &addrs, rb) }
     }
 
     #[test]
