@@ -133,7 +133,7 @@ pub(crate) fn extents_in(shards: &[Shard], row: u64) -> Option<RowExtents> {
 /// The shard holding `row` and the row's number in it, or `None` past the
 /// last shard.
 #[inline]
-fn shard_of(shards: &[Shard], row: u64) -> Option<(usize, u64)> {
+pub(crate) fn shard_of(shards: &[Shard], row: u64) -> Option<(usize, u64)> {
     // Checkpoint shards are of equal rows but the last: shard `row / rows`
     // is the one, found without a search's unpredictable branches. In 32
     // bits where both fit (every released table): a 64-bit division costs
@@ -164,7 +164,7 @@ fn shard_of(shards: &[Shard], row: u64) -> Option<(usize, u64)> {
 /// The extent of part `p` of a shard's row `local` (region `region`), or
 /// `None` if an offset would not fit in 64 bits.
 #[inline]
-fn part_extent(p: &ShardPart, local: u64, region: usize) -> Option<Extent> {
+pub(crate) fn part_extent(p: &ShardPart, local: u64, region: usize) -> Option<Extent> {
     let offset = local
         .checked_mul(p.row_bytes)
         .and_then(|o| o.checked_add(p.offset))

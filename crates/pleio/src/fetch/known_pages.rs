@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::layout::{extents_in, Layout, Shard};
+use crate::layout::{part_extent, shard_of, Layout, Shard};
 
 /// One bit per page of each region of a table (see
 /// [`Layout::regions`]); a table of one region (every GGUF table) is
@@ -93,10 +93,14 @@ impl Residency {
                 (last >> self.shift) - self.first_page,
             );
         };
-        let Some(ext) = extents_in(shards, row) else {
+        let Some((si, local)) = shard_of(shards, row) else {
             return false;
         };
-        for e in ext.as_slice() {
+        let parts = &shards[si].parts;
+        for (k, p) in parts.iter().take(3).enumerate() {
+            let Some(e) = part_extent(p, local, si * parts.len() + k) else {
+                return false;
+            };
             let (first, bit) = bits[e.region];
             let last = e.offset + e.len.max(1) - 1;
             if !f(

@@ -1628,6 +1628,14 @@ impl Table {
             let len = first[0].extent.len;
             return Mapping::copy_parts_in(guard, part(0, len), len, addrs, dst);
         }
+        // Every part's lines asked of memory first: copied part number by
+        // part number, a batch would otherwise wait for memory once per
+        // part number (MLX 4-bit's warm 16-row windows: 1.8x the time).
+        for p in parts {
+            if let Some(m) = self.mapping_of(p.extent.file) {
+                m.prefetch(p.extent.offset, p.extent.len);
+            }
+        }
         let rb = self.shared.table.row_bytes() as usize;
         let rows = parts.len() / per_row;
         let mut at = 0usize;
