@@ -118,16 +118,33 @@ impl RowExtents {
 /// their files).
 pub(crate) fn extents_in(shards: &[Shard], row: u64) -> Option<RowExtents> {
     let (i, local) = shard_of(shards, row)?;
-    let s = &shards[i];
     let mut out = RowExtents {
         parts: [Extent::default(); 3],
         count: 0,
     };
-    for (k, p) in s.parts.iter().take(3).enumerate() {
-        out.parts[k] = part_extent(p, local, i * s.parts.len() + k)?;
+    for (k, e) in row_part_extents(shards, i, local).enumerate() {
+        out.parts[k] = e?;
         out.count += 1;
     }
     Some(out)
+}
+
+/// The extent of each part (at most three) of row `local` of shard `si`
+/// (as [`shard_of`] gives them), in part order; `None` for a part whose
+/// offset would not fit in 64 bits.
+#[inline]
+pub(crate) fn row_part_extents(
+    shards: &[Shard],
+    si: usize,
+    local: u64,
+) -> impl Iterator<Item = Option<Extent>> + '_ {
+    let parts = shards.get(si).map_or(&[][..], |s| &s.parts[..]);
+    let base = si * parts.len();
+    parts
+        .iter()
+        .take(3)
+        .enumerate()
+        .map(move |(k, p)| part_extent(p, local, base + k))
 }
 
 /// The shard holding `row` and the row's number in it, or `None` past the
@@ -164,7 +181,7 @@ pub(crate) fn shard_of(shards: &[Shard], row: u64) -> Option<(usize, u64)> {
 /// The extent of part `p` of a shard's row `local` (region `region`), or
 /// `None` if an offset would not fit in 64 bits.
 #[inline]
-pub(crate) fn part_extent(p: &ShardPart, local: u64, region: usize) -> Option<Extent> {
+fn part_extent(p: &ShardPart, local: u64, region: usize) -> Option<Extent> {
     let offset = local
         .checked_mul(p.row_bytes)
         .and_then(|o| o.checked_add(p.offset))
@@ -248,10 +265,9 @@ pub fn batch_extents(
         // What extents_in gives, pushed part by part (not built as a
         // RowExtents and copied: a third of a warm checkpoint gather).
         let (si, local) = shard_of(shards, row).ok_or(row)?;
-        let s = &shards[si];
-        for (k, p) in s.parts.iter().take(3).enumerate() {
+        for (k, e) in row_part_extents(shards, si, local).enumerate() {
             out.push(BatchExtent {
-                extent: part_extent(p, local, si * s.parts.len() + k).ok_or(row)?,
+                extent: e.ok_or(row)?,
                 slot: i * parts + k,
             });
         }

@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::layout::{part_extent, shard_of, Layout, Shard};
+use crate::layout::{row_part_extents, shard_of, Layout, Shard};
 
 /// One bit per page of each region of a table (see
 /// [`Layout::regions`]); a table of one region (every GGUF table) is
@@ -96,9 +96,8 @@ impl Residency {
         let Some((si, local)) = shard_of(shards, row) else {
             return false;
         };
-        let parts = &shards[si].parts;
-        for (k, p) in parts.iter().take(3).enumerate() {
-            let Some(e) = part_extent(p, local, si * parts.len() + k) else {
+        for e in row_part_extents(shards, si, local) {
+            let Some(e) = e else {
                 return false;
             };
             let (first, bit) = bits[e.region];

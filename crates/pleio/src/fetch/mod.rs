@@ -52,7 +52,7 @@ use crate::cache::{CacheCounters, CachePolicy, Sizing};
 use crate::checkpoint::{CheckpointError, CheckpointTable, TableKind};
 use crate::error::{Error, ErrorKind};
 use crate::io::IoError;
-use crate::layout::{BatchExtent, ExtentOrder, Layout, RowFormat, RowId, TableError};
+use crate::layout::{shard_of, BatchExtent, ExtentOrder, Layout, RowFormat, RowId, TableError};
 use crate::map::{CopyError, Mapping};
 use crate::model::Model;
 use crate::ngram::{Gemma4Rows, ModelRows, OwnedSequence};
@@ -448,16 +448,12 @@ impl GatherStats {
 struct Scratch {
     planner: Planner,
     mem: Vec<MemRun>,
-    /// The batch's extents (a table of several regions).
-    parts: Vec<BatchExtent>,
+    /// The batch's extents and copies (a table of several regions).
+    copy: PartScratch,
     /// (shard, row in the shard) of each row (a table of several regions).
     local: Vec<(usize, u64)>,
     /// One shard's local rows.
     ids: Vec<u64>,
-    /// The source address of each part copied at once.
-    addrs: Vec<u64>,
-    /// One part of every row of a batch (a table of several parts a row).
-    spill: Vec<u8>,
 }
 
 thread_local! {
@@ -1397,14 +1393,10 @@ impl Table {
                 pages += self.plan_region(r.file, span, rows, stats, advise, s);
             } else {
                 s.local.clear();
-                let parts = t.parts();
-                // Checked rows: the extents are all there.
-                if t.batch_extents(rows, ExtentOrder::Rows, &mut s.parts).is_ok() {
-                    for (&row, b) in rows.iter().zip(s.parts.iter().step_by(parts)) {
-                        let shard = b.extent.region / parts;
-                        s.local.push((shard, row - t.shards()[shard].row_start));
-                    }
-                }
+                // Checked rows: every one is in a shard.
+                let shards = t.shards();
+                s.local
+                    .extend(rows.iter().filter_map(|&row| shard_of(shards, row)));
                 s.local.sort_unstable();
                 let mut i = 0;
                 while i < s.local.len() {
@@ -1521,18 +1513,13 @@ impl Table {
         }
         // Several regions, or part of the table is not mapped: part by part,
         // to name the row.
-        let take = |s: &mut Scratch| PartScratch {
-            parts: std::mem::take(&mut s.parts),
-            addrs: std::mem::take(&mut s.addrs),
-            spill: std::mem::take(&mut s.spill),
-        };
         let mut ps = SCRATCH
-            .with(|c| c.try_borrow_mut().map(|mut s| take(&mut s)))
+            .with(|c| c.try_borrow_mut().map(|mut s| std::mem::take(&mut s.copy)))
             .unwrap_or_default();
         let copied = self.copy_parts(guard, rows, dst, &mut ps, &fault);
         SCRATCH.with(|c| {
             if let Ok(mut s) = c.try_borrow_mut() {
-                (s.parts, s.addrs, s.spill) = (ps.parts, ps.addrs, ps.spill);
+                s.copy = ps;
             }
         });
         copied
@@ -1542,9 +1529,10 @@ impl Table {
     /// (extents in `s.parts`) copied by one guarded call per part number
     /// ([`Table::copy_parts_at_once`]), or, where that cannot be (a part
     /// not mapped, a fault, an unguarded thread), each part of each row
-    /// on its own, to name the failing part or read it with `pread`. There
-    /// every part's first lines are prefetched before the first copy, so
-    /// the copies, one call each, do not wait for memory one after another.
+    /// on its own, to name the failing part or read it with `pread`. Every
+    /// part's lines are prefetched once, before the first copy (of several
+    /// part numbers or of single parts), so the copies do not wait for
+    /// memory one after another.
     fn copy_parts(
         &self,
         guard: &sys::guard::Scope,
@@ -1557,15 +1545,19 @@ impl Table {
         let rb = t.row_bytes();
         let parts = &mut s.parts;
         t.batch_extents(rows, ExtentOrder::Rows, parts)?;
+        let per_row = t.parts().max(1);
+        // One part a row is copied at once with no wait between rows; a
+        // batch copied part number by part number would wait for memory
+        // once a part number (MLX 4-bit's warm 16-row windows: 1.8x).
+        if per_row > 1 {
+            self.prefetch_extents(parts);
+        }
         if self.copy_parts_at_once(guard, parts, dst, &mut s.addrs, &mut s.spill) {
             return Ok(());
         }
-        for p in parts.iter() {
-            if let Some(m) = self.mapping_of(p.extent.file) {
-                m.prefetch(p.extent.offset, p.extent.len);
-            }
+        if per_row == 1 {
+            self.prefetch_extents(parts);
         }
-        let per_row = t.parts().max(1);
         for (i, (slot, row_parts)) in dst
             .chunks_exact_mut(rb as usize)
             .zip(parts.chunks_exact(per_row))
@@ -1594,6 +1586,16 @@ impl Table {
             }
         }
         Ok(())
+    }
+
+    /// Asks memory for the lines of every one of `parts` (a software
+    /// prefetch: no fault, no wait).
+    fn prefetch_extents(&self, parts: &[BatchExtent]) {
+        for p in parts {
+            if let Some(m) = self.mapping_of(p.extent.file) {
+                m.prefetch(p.extent.offset, p.extent.len);
+            }
+        }
     }
 
     /// Copies the batch's `parts` (in row order, [`Table::parts`] a row)
@@ -1627,14 +1629,6 @@ impl Table {
         if per_row == 1 {
             let len = first[0].extent.len;
             return Mapping::copy_parts_in(guard, part(0, len), len, addrs, dst);
-        }
-        // Every part's lines asked of memory first: copied part number by
-        // part number, a batch would otherwise wait for memory once per
-        // part number (MLX 4-bit's warm 16-row windows: 1.8x the time).
-        for p in parts {
-            if let Some(m) = self.mapping_of(p.extent.file) {
-                m.prefetch(p.extent.offset, p.extent.len);
-            }
         }
         let rb = self.shared.table.row_bytes() as usize;
         let rows = parts.len() / per_row;
@@ -1733,8 +1727,11 @@ type FaultError<'a> = dyn Fn(usize, &[u64], u64, CopyError) -> GatherError + 'a;
 /// [`Scratch`] for the call.
 #[derive(Default)]
 struct PartScratch {
+    /// The batch's extents, in row order.
     parts: Vec<BatchExtent>,
+    /// The source address of each part copied at once.
     addrs: Vec<u64>,
+    /// One part of every row of a batch (a table of several parts a row).
     spill: Vec<u8>,
 }
 
