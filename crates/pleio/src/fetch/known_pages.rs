@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::layout::{row_part_extents, shard_of, Layout, Shard};
+use crate::layout::{row_part_extents, shard_of, Extent, Layout, Shard};
 
 /// One bit per page of each region of a table (see
 /// [`Layout::regions`]); a table of one region (every GGUF table) is
@@ -100,12 +100,8 @@ impl Residency {
             let Some(e) = e else {
                 return false;
             };
-            let (first, bit) = bits[e.region];
-            let last = e.offset + e.len.max(1) - 1;
-            if !f(
-                bit + (e.offset >> self.shift) - first,
-                bit + (last >> self.shift) - first,
-            ) {
+            let (a, b) = self.extent_pages(bits[e.region], &e);
+            if !f(a, b) {
                 return false;
             }
         }
@@ -122,9 +118,37 @@ impl Residency {
     /// True if every page of `row` is believed resident.
     #[inline]
     pub(super) fn is_resident(&self, row: u64) -> bool {
-        self.each_pages(row, |a, b| {
-            self.bit(a) && (a == b || (a + 1..=b).all(|p| self.bit(p)))
-        })
+        self.each_pages(row, |a, b| self.pages_resident(a, b))
+    }
+
+    /// True if the bitmap marks every page of `e`, an extent of a table of
+    /// several regions (one [`crate::layout::batch_extents`] found), as
+    /// resident: [`Residency::is_resident`] for a row whose extents are
+    /// known, with no shard to find.
+    #[inline]
+    pub(super) fn extent_resident(&self, e: &Extent) -> bool {
+        let Some(&at) = self.regions.as_ref().and_then(|r| r.bits.get(e.region)) else {
+            return false;
+        };
+        let (a, b) = self.extent_pages(at, e);
+        self.pages_resident(a, b)
+    }
+
+    /// The bitmap pages (first, last) of `e`, in the region whose first
+    /// absolute page and first bit are `(first, bit)`.
+    #[inline]
+    fn extent_pages(&self, (first, bit): (u64, u64), e: &Extent) -> (u64, u64) {
+        let last = e.offset + e.len.max(1) - 1;
+        (
+            bit + (e.offset >> self.shift) - first,
+            bit + (last >> self.shift) - first,
+        )
+    }
+
+    /// True if bitmap pages `a..=b` are all set.
+    #[inline]
+    fn pages_resident(&self, a: u64, b: u64) -> bool {
+        self.bit(a) && (a == b || (a + 1..=b).all(|p| self.bit(p)))
     }
 
     /// Records every page of `row` as resident.

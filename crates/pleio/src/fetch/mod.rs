@@ -1467,19 +1467,10 @@ impl Table {
         s.planner.distinct_pages()
     }
 
-    /// Copies `rows` (all inside the table) out of the mappings into `dst`,
-    /// one after another, each row's parts concatenated. A fault is an
-    /// error naming the file, the row and the offset; rows outside the
-    /// mapping are `OutsideFile` or `Unmapped`. `guard`: the gather's.
-    fn copy_mapped(
-        &self,
-        guard: &sys::guard::Scope,
-        rows: &[u64],
-        dst: &mut [u8],
-    ) -> Result<(), GatherError> {
-        let t = &self.shared.table;
-        let rb = t.row_bytes();
-        let fault = |file: usize, rows: &[u64], len: u64, e: CopyError| match e {
+    /// The error of a failed copy of `rows` of file `file` (parts of `len`
+    /// bytes).
+    fn copy_error(&self, file: usize, rows: &[u64], len: u64, e: CopyError) -> GatherError {
+        match e {
             CopyError::Fault {
                 index,
                 offset,
@@ -1495,9 +1486,23 @@ impl Table {
                 got,
                 need: usize::try_from(need).unwrap_or(usize::MAX),
                 rows: rows.len(),
-                row_elems: t.row_elems(),
+                row_elems: self.shared.table.row_elems(),
             },
-        };
+        }
+    }
+
+    /// Copies `rows` (all inside the table) out of the mappings into `dst`,
+    /// one after another, each row's parts concatenated. A fault is an
+    /// error naming the file, the row and the offset; rows outside the
+    /// mapping are `OutsideFile` or `Unmapped`. `guard`: the gather's.
+    fn copy_mapped(
+        &self,
+        guard: &sys::guard::Scope,
+        rows: &[u64],
+        dst: &mut [u8],
+    ) -> Result<(), GatherError> {
+        let t = &self.shared.table;
+        let rb = t.row_bytes();
         if let Some(r) = t.single_region() {
             let Some(m) = self.mapping_of(r.file) else {
                 let offset = rows
@@ -1508,43 +1513,36 @@ impl Table {
             match m.copy_rows_in(guard, r.range.start, rb, rows, dst) {
                 // Usual case: the whole table is mapped, one check for all rows.
                 Err(CopyError::NotMapped { .. }) => {}
-                res => return res.map_err(|e| fault(r.file, rows, rb, e)),
+                res => return res.map_err(|e| self.copy_error(r.file, rows, rb, e)),
             }
         }
         // Several regions, or part of the table is not mapped: part by part,
         // to name the row.
-        let mut ps = SCRATCH
-            .with(|c| c.try_borrow_mut().map(|mut s| std::mem::take(&mut s.copy)))
-            .unwrap_or_default();
-        let copied = self.copy_parts(guard, rows, dst, &mut ps, &fault);
-        SCRATCH.with(|c| {
-            if let Ok(mut s) = c.try_borrow_mut() {
-                s.copy = ps;
-            }
-        });
-        copied
+        with_part_scratch(|s| {
+            t.batch_extents(rows, ExtentOrder::Rows, &mut s.parts)?;
+            self.copy_extents(guard, rows, &s.parts, dst, &mut s.addrs, &mut s.spill)
+        })
     }
 
-    /// The general case of [`Table::copy_mapped`]: the batch's parts
-    /// (extents in `s.parts`) copied by one guarded call per part number
+    /// The general case of [`Table::copy_mapped`]: the parts `parts` (of
+    /// `rows`, in row order) copied by one guarded call per part number
     /// ([`Table::copy_parts_at_once`]), or, where that cannot be (a part
     /// not mapped, a fault, an unguarded thread), each part of each row
     /// on its own, to name the failing part or read it with `pread`. Every
     /// part's lines are prefetched once, before the first copy (of several
     /// part numbers or of single parts), so the copies do not wait for
-    /// memory one after another.
-    fn copy_parts(
+    /// memory one after another. `addrs`, `spill`: scratch.
+    fn copy_extents(
         &self,
         guard: &sys::guard::Scope,
         rows: &[u64],
+        parts: &[BatchExtent],
         dst: &mut [u8],
-        s: &mut PartScratch,
-        fault: &FaultError<'_>,
+        addrs: &mut Vec<u64>,
+        spill: &mut Vec<u8>,
     ) -> Result<(), GatherError> {
         let t = &self.shared.table;
         let rb = t.row_bytes();
-        let parts = &mut s.parts;
-        t.batch_extents(rows, ExtentOrder::Rows, parts)?;
         let per_row = t.parts().max(1);
         // One part a row is copied at once with no wait between rows; a
         // batch copied part number by part number would wait for memory
@@ -1552,7 +1550,7 @@ impl Table {
         if per_row > 1 {
             self.prefetch_extents(parts);
         }
-        if self.copy_parts_at_once(guard, parts, dst, &mut s.addrs, &mut s.spill) {
+        if self.copy_parts_at_once(guard, parts, dst, addrs, spill) {
             return Ok(());
         }
         if per_row == 1 {
@@ -1581,7 +1579,7 @@ impl Table {
                             GatherError::OutsideFile { offset, len }
                         });
                     }
-                    Err(err) => return Err(fault(e.file, &rows[i..=i], len, err)),
+                    Err(err) => return Err(self.copy_error(e.file, &rows[i..=i], len, err)),
                 }
             }
         }
@@ -1719,16 +1717,30 @@ impl Table {
     }
 }
 
-/// Turns a failed copy of rows of a file (its index, the rows, a part's
-/// length) into the gather's error.
-type FaultError<'a> = dyn Fn(usize, &[u64], u64, CopyError) -> GatherError + 'a;
+/// Runs `f` with the copy scratch taken from this thread's [`Scratch`]
+/// (a fresh one if that is in use), put back after.
+fn with_part_scratch<R>(f: impl FnOnce(&mut PartScratch) -> R) -> R {
+    let mut ps = SCRATCH
+        .with(|c| c.try_borrow_mut().map(|mut s| std::mem::take(&mut s.copy)))
+        .unwrap_or_default();
+    let r = f(&mut ps);
+    SCRATCH.with(|c| {
+        if let Ok(mut s) = c.try_borrow_mut() {
+            s.copy = ps;
+        }
+    });
+    r
+}
 
-/// The scratch of [`Table::copy_parts`], taken from this thread's
-/// [`Scratch`] for the call.
+/// The scratch of [`Table::copy_extents`], taken from this thread's
+/// [`Scratch`] for the call ([`with_part_scratch`]).
 #[derive(Default)]
 struct PartScratch {
-    /// The batch's extents, in row order.
+    /// A batch's extents, in row order.
     parts: Vec<BatchExtent>,
+    /// A whole batch's extents, in row order, while `auto` copies it a
+    /// window at a time.
+    batch: Vec<BatchExtent>,
     /// The source address of each part copied at once.
     addrs: Vec<u64>,
     /// One part of every row of a batch (a table of several parts a row).
