@@ -202,9 +202,11 @@ impl Table {
         // which waits for every earlier load to finish; without it a warm
         // 1792-row gather took 1.8-2x `fault`'s time on a GGUF table, one
         // memory round trip per window. A checkpoint's rows are prefetched
-        // from the batch's extents (found again per row, as before they
-        // were found once, the prefetch cost FP8 as much as it saved and
-        // cost MLX 4-bit 20-40%; from the extents it saves 20-30%).
+        // from the batch's extents: when each row's extents had to be
+        // found again for it, the prefetch cost FP8 as much as it saved
+        // and cost MLX 4-bit 20-40%; from the extents it saves 20-30%.
+        // (Several-part rows are prefetched again by `copy_extents`, just
+        // before their copy; measured with both, not without that one.)
         let ahead = self
             .shared
             .table
