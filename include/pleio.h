@@ -447,6 +447,32 @@ int pleio_gather_i32(struct pleio_table *t,
                      struct pleio_stats *stats_or_null);
 
 /**
+ * Decodes `src_bytes` bytes of stored elements of the ggml type numbered
+ * `ggml_type` (whole blocks: 18 bytes for 32 elements of IQ4_NL, ...)
+ * into `out` as `dtype`, exactly as a gather decodes a GGUF table's rows
+ * (the rows a `PLEIO_DTYPE_RAW` gather returned, for instance). `dtype` is
+ * `PLEIO_DTYPE_F32`, `_BF16` or `_F16`. A type pleio does not decode, or
+ * `PLEIO_DTYPE_RAW`, is `PLEIO_ERR_UNSUPPORTED`; a `src_bytes` that is not
+ * whole blocks, or an `out_bytes` too small for every element, is
+ * `PLEIO_ERR_OUTPUT_SIZE` (nothing written). `elems_or_null`, when not
+ * NULL, receives the number of elements written. With `src_bytes == 0`
+ * nothing is written (`src` and `out` may then be NULL). Needs no table;
+ * thread-safe.
+ *
+ * # Safety
+ * `src` must point at `src_bytes` readable bytes and `out` at `out_bytes`
+ * writable bytes not overlapping them; `elems_or_null` must be NULL or
+ * point at a writable `size_t`.
+ */
+int pleio_decode(uint32_t ggml_type,
+                 const void *src,
+                 size_t src_bytes,
+                 pleio_dtype dtype,
+                 void *out,
+                 size_t out_bytes,
+                 size_t *elems_or_null);
+
+/**
  * Starts fetching the rows `ids[0..n]` as f32 in the background (one
  * worker thread per table, batches in the order prefetched) and stores a
  * handle in `*out`; returns at once. Ids are checked now: a bad id fails

@@ -648,6 +648,30 @@ def ckpt_decode(path):
     return with_footer(path, "\n".join(out), rep)
 
 
+def decode_vs_ggml(*paths):
+    """integrations/llama.cpp/decode.sh reports: pleio_decode against ggml's CPU conversion, same
+    blocks, one process; medians of the first report, ggml / pleio of every report."""
+    reps = [load(p) for p in paths]
+    label = lambda r: f"{r['output']['rows']} rows"
+    first = reps[0]["output"]
+    head = (f"| type | ggml's function | pleio, {label(reps[0])} | ggml | memset of the output | "
+            + " | ".join(f"ggml / pleio, {label(r)}" for r in reps) + " |")
+    out = [f"Median ms of {first['rounds']} rounds (pleio, ggml and the memset alternating); a ratio above 1: pleio "
+           f"faster. Every type below decoded bit for bit as ggml does in each run.", "", head,
+           "|---|---|---:|---:|---:|" + "---:|" * len(reps)]
+    by = [{t["type"]: t for t in r["output"]["types"]} for r in reps]
+    for t in first["types"]:
+        ratios = " | ".join(f"{b[t['type']]['ggml_median_ms'] / b[t['type']]['pleio_median_ms']:.2f}x"
+                            if t["type"] in b else "-" for b in by)
+        out.append(f"| {t['type'].upper()} | `{t['ggml']}` | {t['pleio_median_ms']:.3f} | {t['ggml_median_ms']:.3f} | "
+                   f"{t['store_floor_median_ms']:.3f} | {ratios} |")
+    for r in reps:
+        o = r["output"]
+        if o["differing"]:
+            raise SystemExit(f"a report shows {o['differing']} types decoding differently from ggml")
+    return "\n".join(out) + "\n\n" + "\n\n".join(made_by(p, r) for p, r in zip(paths, reps))
+
+
 def gather_dtype(path):
     """`cargo bench --bench gather_dtype`'s summary, as one table row per output type."""
     rep = load(path)
@@ -764,7 +788,7 @@ RENDERERS = {"remote-memory": remote_memory, "cluster-paper": cluster_paper, "re
              "headline": headline, "demo-floors": demo, "cache-sim": cache_sim,
              "cache-policies": cache_policies, "cache-targets": cache_targets,
              "warm-coverage": warm_coverage, "bindings": bindings, "gather-sentence": gather_sentence,
-             "cold-path": cold_path, "decode": decode, "ckpt-decode": ckpt_decode, "gather-dtype": gather_dtype,
+             "cold-path": cold_path, "decode": decode, "ckpt-decode": ckpt_decode, "gather-dtype": gather_dtype, "decode-vs-ggml": decode_vs_ggml,
              "rivals": rivals_table, "rivals-setup": rivals_setup, "rivals-probes": rivals_probes,
              "rivals-rowids": rivals_rowids, "rivals-formats": lambda path: rivals_probes(path, "formats"),
              "engine-rss": engine_rss, "llama-speed": llama_speed,

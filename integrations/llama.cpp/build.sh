@@ -115,7 +115,7 @@ cmake -S "$INTEGRATION_DIR" -B "$LLAMA_BUILD" -DCMAKE_BUILD_TYPE=Release \
     || { cat "$LLAMA_CACHE/configure.log" >&2; fail "cmake configure"; }
 targets=(--target pleio-llama-driver)
 if [ -f "$PLEIO_CAPI_LIB" ]; then
-    targets+=(--target pleio-llama-driver-pleio)
+    targets+=(--target pleio-llama-driver-pleio --target pleio-decode-vs-ggml)
 fi
 cmake --build "$LLAMA_BUILD" -j"$JOBS" "${targets[@]}"
 say "built $DRIVER"

@@ -20,6 +20,10 @@
 #      once for both processes (hits > 0; misses + uncached <= distinct rows + the two rows the
 #      provider compares at open).
 #
+#   4. pleio_decode (the C ABI's decoder, the one every gather uses) against ggml's own CPU
+#      conversion of the same blocks (the type's to_float; ggml_cpu_fp16/bf16_to_fp32), bit for
+#      bit, for every type both decode: decode_vs_ggml.c, blocks made by ggml_quantize_chunk.
+#
 #   Two prompts: "corpus" (above) and "eos", 613 tokens of the corpus with <|endoftext|> put at
 #   ubatch and batch boundaries (the last token of a ubatch, the first, both sides of one, the
 #   second token of one), so predicted n-gram histories cross resets at the edges, and ending
@@ -200,6 +204,11 @@ check_arch qwen4exp --rows 1M      # 1M (1,048,576) rows of IQ4_NL (90 MiB); wri
 check_arch gemma4 --layers 2       # 262144 rows of 512 Q5_K (88 MiB)
 if [ "$provider" = 0 ]; then
     say "done: check 1 passed for qwen4exp and gemma4, corpus and eos prompts; check 2 PENDING (no pleio C ABI)"
-else
-    say "done: checks 1, 2 (lookahead on) and 3 (shared cache, two processes) passed for qwen4exp and gemma4, corpus and eos prompts"
+    exit 0
 fi
+# check 4: pleio_decode against ggml's own conversion (to_float; ggml_cpu_f16/bf16_to_fp32) on
+# 8192 rows of blocks ggml quantized, every type both decode, bit for bit
+[ -x "$DECODE_VS_GGML" ] || fail "$DECODE_VS_GGML was not built"
+say "check 4: pleio_decode against ggml's to_float, every type both decode"
+"$DECODE_VS_GGML" --rounds 0 >&2 || fail "check 4: a type decodes differently from ggml (above)"
+say "done: checks 1, 2 (lookahead on), 3 (shared cache, two processes) and 4 (decode against ggml) passed for qwen4exp and gemma4, corpus and eos prompts"

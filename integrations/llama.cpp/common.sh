@@ -18,6 +18,8 @@ LLAMA_BUILD="$LLAMA_CACHE/build"
 LLAMA_WORK="$LLAMA_CACHE/work"
 DRIVER="$LLAMA_BUILD/pleio-llama-driver"
 DRIVER_PLEIO="$LLAMA_BUILD/pleio-llama-driver-pleio"
+# pleio's decoders against ggml's, on the same blocks (decode_vs_ggml.c)
+DECODE_VS_GGML="$LLAMA_BUILD/pleio-decode-vs-ggml"
 PLEIO="$REPO_ROOT/target/release/pleio"
 # the pleio C ABI (pleio-capi crate): a static library the provider driver links
 PLEIO_CAPI_LIB="${PLEIO_CAPI_LIB:-$REPO_ROOT/target/release/libpleio_capi.a}"

@@ -669,6 +669,57 @@ pub unsafe extern "C" fn pleio_gather_i32(
     })
 }
 
+/// Decodes `src_bytes` bytes of stored elements of the ggml type numbered
+/// `ggml_type` (whole blocks: 18 bytes for 32 elements of IQ4_NL, ...)
+/// into `out` as `dtype`, exactly as a gather decodes a GGUF table's rows
+/// (the rows a `PLEIO_DTYPE_RAW` gather returned, for instance). `dtype` is
+/// `PLEIO_DTYPE_F32`, `_BF16` or `_F16`. A type pleio does not decode, or
+/// `PLEIO_DTYPE_RAW`, is `PLEIO_ERR_UNSUPPORTED`; a `src_bytes` that is not
+/// whole blocks, or an `out_bytes` too small for every element, is
+/// `PLEIO_ERR_OUTPUT_SIZE` (nothing written). `elems_or_null`, when not
+/// NULL, receives the number of elements written. With `src_bytes == 0`
+/// nothing is written (`src` and `out` may then be NULL). Needs no table;
+/// thread-safe.
+///
+/// # Safety
+/// `src` must point at `src_bytes` readable bytes and `out` at `out_bytes`
+/// writable bytes not overlapping them; `elems_or_null` must be NULL or
+/// point at a writable `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn pleio_decode(
+    ggml_type: u32,
+    src: *const c_void,
+    src_bytes: usize,
+    dtype: DtypeArg,
+    out: *mut c_void,
+    out_bytes: usize,
+    elems_or_null: *mut usize,
+) -> c_int {
+    guard(|| {
+        let dtype = dtype.get()?;
+        disjoint(
+            (src, src_bytes),
+            (out.cast_const(), out_bytes),
+            "src and out",
+        )?;
+        // SAFETY: the caller promises `src_bytes` readable bytes at `src`.
+        let src = unsafe { slice(src.cast::<u8>(), src_bytes, "src") }?;
+        let elems = if dtype == Dtype::F32 && out.cast::<f32>().is_aligned() {
+            // SAFETY: the caller promises `out_bytes` writable bytes at `out`,
+            // touched by no one else during the call; any bit pattern is a
+            // valid f32, and the floats taken lie within `out_bytes`.
+            let floats = unsafe { slice_mut(out.cast::<f32>(), out_bytes / 4, "out") }?;
+            pleio::decode_blocks_f32(ggml_type, src, floats)?
+        } else {
+            // SAFETY: as above, as bytes (no alignment needed).
+            let bytes = unsafe { slice_mut(out.cast::<u8>(), out_bytes, "out") }?;
+            pleio::decode_blocks(ggml_type, src, dtype, bytes)?
+        };
+        // SAFETY: the caller promises a NULL or writable `elems_or_null`.
+        unsafe { put_opt(elems_or_null, elems, "elems") }
+    })
+}
+
 /// The prefetch behind `pleio_prefetch` and `pleio_prefetch_i32`.
 ///
 /// # Safety

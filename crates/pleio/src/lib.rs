@@ -56,6 +56,7 @@ macro_rules! counters {
     };
 }
 
+mod blocks;
 mod error;
 mod open;
 mod output;
@@ -97,6 +98,7 @@ internal_mods! {
 #[cfg(feature = "tokenizer")]
 pub mod tokenizer;
 
+pub use blocks::{decode_blocks, decode_blocks_f32};
 #[cfg(feature = "internals")]
 pub use cache::CachePolicy;
 pub use error::{Error, ErrorKind, Result};

@@ -1,7 +1,7 @@
 //! SIMD row decoders, chosen at run time.
 //!
 //! On x86_64 with AVX2 there are kernels for IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1,
-//! Q8_0, MXFP4, BF16 and Q5_K, and with F16C too one for F16 (the hardware
+//! Q8_0, MXFP4, BF16, Q4_K and Q5_K, and with F16C too one for F16 (the hardware
 //! conversion is exact and quiets NaNs as ggml's does). Each computes exactly what the scalar reference does: the same
 //! scale conversion (scalar), integer codes converted to f32 exactly, then
 //! separate IEEE multiply and subtract per lane (no fused multiply-add), so
@@ -240,6 +240,7 @@ mod avx2 {
             T::Q8_0 => q8_0,
             T::BF16 => bf16,
             T::F16 if std::arch::is_x86_feature_detected!("f16c") => f16,
+            T::Q4_K => q4_k,
             T::Q5_K => q5_k,
             _ => return None,
         })
@@ -268,6 +269,7 @@ mod avx2 {
         q8_0 => q8_0_avx2;
         bf16 => bf16_avx2;
         f16 => f16_avx2_f16c;
+        q4_k => q4_k_avx2;
         q5_k => q5_k_avx2;
     }
 
@@ -473,25 +475,48 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2")]
+    fn q4_k_avx2(src: &[u8], dst: &mut [f32]) {
+        k_4bit::<144, false>(src, dst);
+    }
+
+    #[target_feature(enable = "avx2")]
     fn q5_k_avx2(src: &[u8], dst: &mut [f32]) {
+        k_4bit::<176, true>(src, dst);
+    }
+
+    /// Shared body of Q4_K (`{ d, dmin, scales[12], qs[128] }`) and, with
+    /// `QH`, Q5_K (`qh[32]` before `qs`: bit `s` of `qh[l]` is the fifth bit
+    /// of element `l` of sub-block `s`), blocks of `BB` bytes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn k_4bit<const BB: usize, const QH: bool>(src: &[u8], dst: &mut [f32]) {
         let (m4, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
-        for (b, y) in src.chunks_exact(176).zip(dst.chunks_exact_mut(256)) {
+        let qs = if QH { 48 } else { 16 };
+        for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(256)) {
             let (d, min) = (read_f16(b, 0), read_f16(b, 2));
             let (sc, mn) = scale_min_k4(&b[4..16]);
-            let qh = load32(b, 16);
+            let qh = if QH {
+                load32(b, 16)
+            } else {
+                _mm256_setzero_si256()
+            };
             for p in 0..4 {
-                let ql = load32(b, 48 + 32 * p);
+                let ql = load32(b, qs + 32 * p);
                 let codes = [
                     _mm256_and_si256(ql, m4),
                     _mm256_and_si256(_mm256_srli_epi16::<4>(ql), m4),
                 ];
-                for (k, code) in codes.into_iter().enumerate() {
+                for (k, mut code) in codes.into_iter().enumerate() {
                     let s = 2 * p + k;
-                    // Bit s of each qh byte, moved to bit 4. The 16-bit
-                    // shift brings in neighbour bits above bit 0 only.
-                    let h =
-                        _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(s as i32)), one);
-                    let code = _mm256_or_si256(code, _mm256_slli_epi16::<4>(h));
+                    if QH {
+                        // Bit s of each qh byte, moved to bit 4. The 16-bit
+                        // shift brings in neighbour bits above bit 0 only.
+                        let h = _mm256_and_si256(
+                            _mm256_srl_epi16(qh, _mm_cvtsi32_si128(s as i32)),
+                            one,
+                        );
+                        code = _mm256_or_si256(code, _mm256_slli_epi16::<4>(h));
+                    }
                     let dl = _mm256_set1_ps(d * f32::from(sc[s]));
                     let ml = _mm256_set1_ps(min * f32::from(mn[s]));
                     store_u8x32::<false>(y, 32 * s, code, dl, ml);
@@ -681,6 +706,11 @@ mod tests {
     }
 
     #[test]
+    fn q4_k_matches_scalar() {
+        check(GgmlType::Q4_K, &[0, 2], 65536);
+    }
+
+    #[test]
     fn q5_k_matches_scalar() {
         check(GgmlType::Q5_K, &[0, 2], 65536);
     }
@@ -731,6 +761,7 @@ mod tests {
                 T::Q8_0,
                 T::MXFP4,
                 T::BF16,
+                T::Q4_K,
                 T::Q5_K,
             ] {
                 assert!(kernel(t).is_some(), "{t}");
