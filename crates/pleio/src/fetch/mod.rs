@@ -1520,7 +1520,7 @@ impl Table {
         // to name the row.
         with_part_scratch(|s| {
             t.batch_extents(rows, ExtentOrder::Rows, &mut s.parts)?;
-            self.copy_extents(guard, rows, &s.parts, dst, &mut s.addrs, &mut s.spill)
+            self.copy_extents(guard, rows, &s.parts, false, dst, &mut s.addrs, &mut s.spill)
         })
     }
 
@@ -1531,12 +1531,15 @@ impl Table {
     /// on its own, to name the failing part or read it with `pread`. Every
     /// part's lines are prefetched once, before the first copy (of several
     /// part numbers or of single parts), so the copies do not wait for
-    /// memory one after another. `addrs`, `spill`: scratch.
+    /// memory one after another, unless `ahead` (the caller asked memory for
+    /// them earlier). `addrs`, `spill`: scratch.
+    #[allow(clippy::too_many_arguments)]
     fn copy_extents(
         &self,
         guard: &sys::guard::Scope,
         rows: &[u64],
         parts: &[BatchExtent],
+        ahead: bool,
         dst: &mut [u8],
         addrs: &mut Vec<u64>,
         spill: &mut Vec<u8>,
@@ -1547,7 +1550,7 @@ impl Table {
         // One part a row is copied at once with no wait between rows; a
         // batch copied part number by part number would wait for memory
         // once a part number (MLX 4-bit's warm 16-row windows: 1.8x).
-        if per_row > 1 {
+        if per_row > 1 && !ahead {
             self.prefetch_extents(parts);
         }
         if self.copy_parts_at_once(guard, parts, dst, addrs, spill) {
