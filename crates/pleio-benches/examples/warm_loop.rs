@@ -2,7 +2,9 @@
 //! untimed, then the lists in turn for ITERS gathers; prints the mean time
 //! per gather. Unlike `pleio bench --cold none`, which repeats one list and
 //! so finds its rows in the CPU's caches, the rows here come from memory
-//! (docs/benchmarks.md, "Warm gathers against the warm floor").
+//! (docs/benchmarks.md, "Warm gathers against the warm floor"). f32 rows
+//! go into a float slice (`Table::gather`, an engine's call), the other
+//! types into bytes (`gather_as`).
 //!
 //!     cargo run --release -p pleio-benches --example warm_loop -- \
 //!         TABLE ROWS ITERS [STRATEGY=auto] [DTYPE=raw]
@@ -26,12 +28,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|_| (0..n).map(|_| rng.below(t.rows())).collect())
         .collect();
     let mut out = vec![0u8; t.out_bytes(dtype, n).ok_or("batch too large")?];
+    let mut floats = vec![0f32; n * t.row_elems()];
+    // f32 into floats, as an engine gathers (`gather`); the rest as bytes
+    let mut gather = |l: &[u64]| match dtype {
+        pleio::Dtype::F32 => t.gather(l, &mut floats).map(drop),
+        _ => t.gather_as(dtype, l, &mut out).map(drop),
+    };
     for l in &lists {
-        t.gather_as(dtype, l, &mut out)?;
+        gather(l)?;
     }
     let s = Instant::now();
     for l in lists.iter().cycle().take(iters) {
-        t.gather_as(dtype, l, &mut out)?;
+        gather(l)?;
     }
     let ns = s.elapsed().as_nanos() as f64 / iters as f64;
     println!("{strategy} {n} rows {dtype}: {ns:.0} ns per gather (mean of {iters})");

@@ -1663,6 +1663,7 @@ impl Table {
         let rows = staged.chunks_exact(rb);
         match slots {
             None if out.put_raw_rows(staged) => {}
+            None if out.put_decoded_rows(staged, &self.decoder)? => {}
             None => {
                 for (i, src) in rows.enumerate() {
                     out.put(i, src, &self.decoder)?;
