@@ -3,8 +3,8 @@
 //! by the same decoders a gather uses.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::output::Dtype;
-use crate::quant::convert::{f32_to_bf16_row_le, f32_to_f16_row_le};
+use crate::output::{Decoder, Dtype};
+use crate::quant::convert::f32_row_le;
 use crate::quant::{GgmlType, RowDecoder};
 
 /// Why a decode's arguments were refused.
@@ -98,19 +98,15 @@ pub fn decode_blocks(ggml_type: u32, src: &[u8], dtype: Dtype, out: &mut [u8]) -
     let (dec, elems) = decoder(ggml_type, src)?;
     let need = room(dtype, elems, size, out.len())?;
     let out = &mut out[..need];
-    if dtype != Dtype::F32 && dec.decode_half(src, out, dtype == Dtype::Bf16)? {
-        return Ok(elems);
-    }
-    let mut f = vec![0f32; elems];
-    dec.decode(src, &mut f)?;
-    match dtype {
-        Dtype::Bf16 => f32_to_bf16_row_le(&f, out),
-        Dtype::F16 => f32_to_f16_row_le(&f, out),
-        _ => {
-            for (d, x) in out.chunks_exact_mut(4).zip(&f) {
-                d.copy_from_slice(&x.to_le_bytes());
-            }
-        }
+    let mut row = Vec::new();
+    if dtype == Dtype::F32 {
+        row.resize(elems, 0.0);
+        dec.decode(src, &mut row)?;
+        f32_row_le(&row, out);
+    } else {
+        // a gather's 16-bit path: one pass where the type has a kernel
+        let bf16 = dtype == Dtype::Bf16;
+        Decoder::Ggml(dec).decode_half(bf16, src, out, &mut row, &mut Vec::new())?;
     }
     Ok(elems)
 }
@@ -118,6 +114,7 @@ pub fn decode_blocks(ggml_type: u32, src: &[u8], dtype: Dtype, out: &mut [u8]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::convert::{f32_to_bf16_row_le, f32_to_f16_row_le};
 
     /// Two IQ4_NL blocks: every output type equals the row decoder's f32,
     /// converted; bad lengths and types fail without writing.

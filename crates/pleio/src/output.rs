@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::layout::{Layout, RowFormat};
-use crate::quant::convert::{f32_to_bf16_row_le, f32_to_f16_row_le};
+use crate::quant::convert::{f32_row_le, f32_to_bf16_row_le, f32_to_f16_row_le};
 use crate::quant::encoding::EncodingDecoder;
 pub use crate::quant::Rounding;
 use crate::quant::{DecodeError, RowDecoder};
@@ -80,7 +80,7 @@ impl Decoder {
     /// Decodes the stored row `src` into bf16 (`bf16 == true`) or f16
     /// bits (little-endian, in `dst`), by the decoder's rounding rule;
     /// `row` and `half` are the caller's scratch (resized here).
-    fn decode_half(
+    pub(crate) fn decode_half(
         &self,
         bf16: bool,
         src: &[u8],
@@ -308,9 +308,7 @@ impl<'a> Out<'a> {
                     let row = &mut self.row;
                     row.resize(elems, 0.0);
                     d.decode(staged, row)?;
-                    for (d, x) in dst.chunks_exact_mut(4).zip(row.iter()) {
-                        d.copy_from_slice(&x.to_le_bytes());
-                    }
+                    f32_row_le(row, dst);
                     Ok(true)
                 }
                 _ => Ok(false),
@@ -350,9 +348,7 @@ impl<'a> Out<'a> {
                         let row = &mut self.row;
                         row.resize(n / 4, 0.0);
                         decoder.decode(src, row)?;
-                        for (d, x) in dst.chunks_exact_mut(4).zip(row.iter()) {
-                            d.copy_from_slice(&x.to_le_bytes());
-                        }
+                        f32_row_le(row, dst);
                         Ok(())
                     }
                     Dtype::Bf16 | Dtype::F16 => decoder.decode_half(

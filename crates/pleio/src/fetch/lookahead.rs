@@ -533,9 +533,7 @@ impl Prefetch {
             .into());
         }
         if p.dtype == Dtype::F32 {
-            for (d, x) in out.chunks_exact_mut(4).zip(&p.data) {
-                d.copy_from_slice(&x.to_le_bytes());
-            }
+            crate::quant::convert::f32_row_le(&p.data, out);
             shared.recycle(std::mem::take(&mut p.data));
         } else {
             out.copy_from_slice(&p.bytes);

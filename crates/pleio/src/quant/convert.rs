@@ -80,6 +80,14 @@ pub fn f32_to_f16_row(src: &[f32], dst: &mut [u16]) {
     }
 }
 
+/// `src` written as little-endian f32 bytes: `dst.len() / 4` values
+/// (extra elements of `src` or trailing bytes are left alone).
+pub fn f32_row_le(src: &[f32], dst: &mut [u8]) {
+    for (y, x) in dst.chunks_exact_mut(4).zip(src) {
+        y.copy_from_slice(&x.to_le_bytes());
+    }
+}
+
 /// [`f32_to_bf16_row`] writing little-endian bytes: `dst.len() / 2`
 /// values (extra elements of `src` or a last odd byte are left alone).
 pub fn f32_to_bf16_row_le(src: &[f32], dst: &mut [u8]) {
