@@ -319,6 +319,13 @@ pub struct EncodingDecoder {
 /// The low and high bytes of 256 16-bit table entries.
 type ByteTables = ([u8; 256], [u8; 256]);
 
+/// Where [`EncodingDecoder::decode_rows`] writes: f32s, or 16-bit values
+/// (bfloat16 bits when the flag is true, else IEEE half).
+pub(crate) enum RowsOut<'a> {
+    F32(&'a mut [f32]),
+    Half(bool, &'a mut [u16]),
+}
+
 impl std::fmt::Debug for EncodingDecoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EncodingDecoder")
@@ -497,12 +504,7 @@ impl EncodingDecoder {
     /// Decodes one row, given as its parts in order, into `dst` (f32).
     pub fn decode_f32(&self, parts: &[&[u8]], dst: &mut [f32]) -> Result<(), EncodingError> {
         self.check(parts, dst.len())?;
-        if let Some(simd) = self.simd {
-            if simd.decode_f32(&self.enc, parts, 0, dst) {
-                return Ok(());
-            }
-        }
-        self.scalar_range(parts, 0, dst);
+        self.f32_checked(parts, dst);
         Ok(())
     }
 
@@ -510,19 +512,7 @@ impl EncodingDecoder {
     /// nearest even ([`super::convert::f32_to_bf16`]).
     pub fn decode_bf16(&self, parts: &[&[u8]], dst: &mut [u16]) -> Result<(), EncodingError> {
         self.check(parts, dst.len())?;
-        if let Some(v) = &self.vllm {
-            return self.vllm_half(&v[0], true, parts, dst);
-        }
-        if let Some((vbmi, t)) = &self.bf16_lut {
-            vbmi.lookup16(&t.0, &t.1, parts[0], dst);
-            return Ok(());
-        }
-        if let Some(simd) = self.simd {
-            if simd.decode_bf16(&self.enc, parts, 0, dst) {
-                return Ok(());
-            }
-        }
-        self.chunked(parts, dst, f32_to_bf16_row_scalar);
+        self.half_checked(true, parts, dst);
         Ok(())
     }
 
@@ -530,28 +520,113 @@ impl EncodingDecoder {
     /// ([`super::convert::f32_to_f16`]).
     pub fn decode_f16(&self, parts: &[&[u8]], dst: &mut [u16]) -> Result<(), EncodingError> {
         self.check(parts, dst.len())?;
-        if let Some(v) = &self.vllm {
-            return self.vllm_half(&v[1], false, parts, dst);
-        }
-        if let Some(simd) = self.simd {
-            if simd.decode_f16(&self.enc, parts, 0, dst) {
-                return Ok(());
-            }
-        }
-        self.chunked(parts, dst, f32_to_f16_row_scalar);
+        self.half_checked(false, parts, dst);
         Ok(())
     }
 
-    /// vLLM's 16-bit output of a checked FP8 row, by the exact decoder
+    /// True when each element decodes from its own stored bytes alone (one
+    /// part, no per-row or per-group scale): BF16, F16, F32 and per-tensor
+    /// FP8 rows. Rows stored one after another then decode as one long row.
+    fn is_elementwise(&self) -> bool {
+        matches!(
+            self.enc,
+            Encoding::Bf16 | Encoding::F16 | Encoding::F32 | Encoding::Fp8(Fp8Scale::PerTensor(_))
+        )
+    }
+
+    /// Decodes `staged`, whole rows' stored bytes (each its parts in part
+    /// order) one after another, into `dst` (see [`RowsOut`]), each row as
+    /// [`decode_f32`](Self::decode_f32), [`decode_bf16`](Self::decode_bf16)
+    /// or [`decode_f16`](Self::decode_f16) writes it. Element-wise
+    /// encodings decode in one pass; the others row by row, with the
+    /// lengths checked once for the batch. An error if `staged` is not
+    /// whole rows or `dst` does not hold exactly as many.
+    pub(crate) fn decode_rows(
+        &self,
+        staged: &[u8],
+        dst: RowsOut<'_>,
+    ) -> Result<(), EncodingError> {
+        let total = self.parts.total();
+        let rows = staged.len().checked_div(total).unwrap_or(0);
+        let out_len = match &dst {
+            RowsOut::F32(d) => d.len(),
+            RowsOut::Half(_, d) => d.len(),
+        };
+        if total == 0 || !staged.len().is_multiple_of(total) || rows.checked_mul(self.row_elems) != Some(out_len)
+        {
+            return Err(EncodingError::OutputLength {
+                given: out_len,
+                expected: rows.saturating_mul(self.row_elems),
+            });
+        }
+        if self.is_elementwise() {
+            let parts = [staged];
+            match dst {
+                RowsOut::F32(d) => self.f32_checked(&parts, d),
+                RowsOut::Half(bf16, d) => self.half_checked(bf16, &parts, d),
+            }
+            return Ok(());
+        }
+        let sizes = self.parts.as_slice();
+        let (n, k) = (self.row_elems, sizes.len());
+        let split = |row| split_parts(row, sizes);
+        match dst {
+            RowsOut::F32(d) => {
+                for (row, y) in staged.chunks_exact(total).zip(d.chunks_exact_mut(n)) {
+                    self.f32_checked(&split(row)[..k], y);
+                }
+            }
+            RowsOut::Half(bf16, d) => {
+                for (row, y) in staged.chunks_exact(total).zip(d.chunks_exact_mut(n)) {
+                    self.half_checked(bf16, &split(row)[..k], y);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`decode_f32`](Self::decode_f32) of parts of checked lengths (or,
+    /// element-wise, any whole number of rows).
+    fn f32_checked(&self, parts: &[&[u8]], dst: &mut [f32]) {
+        if let Some(simd) = self.simd {
+            if simd.decode_f32(&self.enc, parts, 0, dst) {
+                return;
+            }
+        }
+        self.scalar_range(parts, 0, dst);
+    }
+
+    /// The 16-bit decode of parts of checked lengths: bfloat16 bits
+    /// (`bf16`) or IEEE half.
+    fn half_checked(&self, bf16: bool, parts: &[&[u8]], dst: &mut [u16]) {
+        if let Some(v) = &self.vllm {
+            return self.vllm_half(&v[usize::from(!bf16)], bf16, parts, dst);
+        }
+        if let (true, Some((vbmi, t))) = (bf16, &self.bf16_lut) {
+            vbmi.lookup16(&t.0, &t.1, parts[0], dst);
+            return;
+        }
+        if let Some(simd) = self.simd {
+            let done = if bf16 {
+                simd.decode_bf16(&self.enc, parts, 0, dst)
+            } else {
+                simd.decode_f16(&self.enc, parts, 0, dst)
+            };
+            if done {
+                return;
+            }
+        }
+        if bf16 {
+            self.chunked(parts, dst, f32_to_bf16_row_scalar);
+        } else {
+            self.chunked(parts, dst, f32_to_f16_row_scalar);
+        }
+    }
+
+    /// vLLM's 16-bit output of checked FP8 parts, by the exact decoder
     /// `sub` of the rounded scale (per tensor: built in; per row: the
     /// row's scale rounded to bf16 (`bf16 == true`) or f16 here).
-    fn vllm_half(
-        &self,
-        sub: &EncodingDecoder,
-        bf16: bool,
-        parts: &[&[u8]],
-        dst: &mut [u16],
-    ) -> Result<(), EncodingError> {
+    fn vllm_half(&self, sub: &EncodingDecoder, bf16: bool, parts: &[&[u8]], dst: &mut [u16]) {
         let scale;
         let mut row = [parts[0], &[][..]];
         let parts = match self.enc {
@@ -563,11 +638,7 @@ impl EncodingDecoder {
             }
             _ => parts,
         };
-        if bf16 {
-            sub.decode_bf16(parts, dst)
-        } else {
-            sub.decode_f16(parts, dst)
-        }
+        sub.half_checked(bf16, parts, dst)
     }
 
     /// The reference path for 16-bit outputs: f32 chunks, then converted.
@@ -623,6 +694,16 @@ impl EncodingDecoder {
             Encoding::Mlx4 => mlx4_scalar(parts[0], parts[1], parts[2], start, dst),
         }
     }
+}
+
+/// The parts of a stored row of exactly `sizes`' total length.
+fn split_parts<'a>(row: &'a [u8], sizes: &[usize]) -> [&'a [u8]; 3] {
+    let mut parts: [&[u8]; 3] = [&[]; 3];
+    let mut rest = row;
+    for (slot, &len) in parts.iter_mut().zip(sizes) {
+        (*slot, rest) = rest.split_at(len);
+    }
+    parts
 }
 
 /// `x` rounded to bfloat16 (nearest even), as an f32.
@@ -825,6 +906,57 @@ mod tests {
                         assert!(b
                             .iter()
                             .all(|v| !v.is_nan() || v.to_bits() == CANONICAL_NAN));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_decodes_as_its_rows_do() {
+        let mut rng = Rng::new(11);
+        for enc in encodings() {
+            for n in [160usize, 32, 63, 200] {
+                let Ok(base) = EncodingDecoder::new(enc, n) else {
+                    continue;
+                };
+                let scalar = EncodingDecoder::scalar(enc, n).unwrap();
+                for rounding in [Rounding::Exact, Rounding::Vllm, Rounding::Mlx] {
+                    for d in [&base, &scalar] {
+                        let Ok(d) = d.clone().with_rounding(rounding) else {
+                            continue;
+                        };
+                        for rows in [0usize, 1, 2, 37] {
+                            let stored: Vec<Vec<Vec<u8>>> =
+                                (0..rows).map(|_| random_parts(enc, n, &mut rng)).collect();
+                            let staged: Vec<u8> = stored.iter().flatten().flatten().copied().collect();
+                            let (mut want, mut got) = (vec![0f32; rows * n], vec![1f32; rows * n]);
+                            let (mut want16, mut got16) = (vec![0u16; rows * n], vec![1u16; rows * n]);
+                            d.decode_rows(&staged, RowsOut::F32(&mut got)).unwrap();
+                            for (p, y) in stored.iter().zip(want.chunks_exact_mut(n)) {
+                                let refs: Vec<&[u8]> = p.iter().map(Vec::as_slice).collect();
+                                d.decode_f32(&refs, y).unwrap();
+                            }
+                            assert!(same_bits(&want, &got), "{enc:?} n={n} {rounding:?} rows={rows}");
+                            for bf16 in [true, false] {
+                                d.decode_rows(&staged, RowsOut::Half(bf16, &mut got16)).unwrap();
+                                for (p, y) in stored.iter().zip(want16.chunks_exact_mut(n)) {
+                                    let refs: Vec<&[u8]> = p.iter().map(Vec::as_slice).collect();
+                                    if bf16 {
+                                        d.decode_bf16(&refs, y).unwrap();
+                                    } else {
+                                        d.decode_f16(&refs, y).unwrap();
+                                    }
+                                }
+                                assert_eq!(want16, got16, "{enc:?} n={n} {rounding:?} bf16={bf16}");
+                            }
+                        }
+                        // A batch that is not whole rows, or whose output
+                        // does not fit it, is an error, and nothing panics.
+                        let total = d.part_bytes().total();
+                        let mut y = vec![0f32; 2 * n];
+                        assert!(d.decode_rows(&vec![0u8; 2 * total + 1], RowsOut::F32(&mut y)).is_err());
+                        assert!(d.decode_rows(&vec![0u8; total], RowsOut::F32(&mut y)).is_err());
                     }
                 }
             }
