@@ -99,10 +99,11 @@ fn auto_residency_and_bench_tell_the_truth_to_a_reader_who_does_not_own_the_tabl
     // The probes' pages were dropped again, and no neighbour came with
     // them: the probes read through a handle without readahead (before that,
     // a probe's readahead window, 32 pages or more, stayed behind in 2 runs
-    // of 35). A few pages of slack: in a full test run on a loaded machine
-    // one more page was once resident (17 against 16), no window.
+    // of 35). Some slack, less than a window: in full test runs on a
+    // loaded machine more pages were resident once each (17 against 16;
+    // 24 against 16 in CI on 2026-12-06), never a window's worth.
     let after = root_scan("after nobody's scan");
-    assert!(after <= evicted + 4, "{after} > {evicted} + 4");
+    assert!(after <= evicted + 12, "{after} > {evicted} + 12");
 
     // gather, auto: every row cold, its pages advised (MADV_WILLNEED is no
     // privilege: any reader may ask for readahead) and then copied out of
