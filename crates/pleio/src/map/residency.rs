@@ -162,7 +162,7 @@ impl Mapping {
                 let mut pulled = Pulled(Vec::new());
                 let asked: Option<u64> = picks
                     .iter()
-                    .map(|&p| self.probe_page(f, p, &mut pulled).map(u64::from))
+                    .map(|&p| self.probe_page(f, p, &mut pulled, true).map(u64::from))
                     .sum();
                 self.drop_pulled(f, pulled);
                 out.resident = asked?;
@@ -196,7 +196,7 @@ impl Mapping {
                 let mut all = true;
                 for r in runs {
                     for p in (r.start / self.page)..(r.end / self.page) {
-                        all &= self.probe_page(f, p, &mut pulled)?;
+                        all &= self.probe_page(f, p, &mut pulled, false)?;
                     }
                 }
                 Some(all)
@@ -248,7 +248,7 @@ impl Mapping {
                 let mut pulled = Pulled(Vec::new());
                 let mut refused = false;
                 for p in pick_pages(&runs, self.page, pages, max_probes) {
-                    flags[p as usize] = self.probe_page(f, p, &mut pulled);
+                    flags[p as usize] = self.probe_page(f, p, &mut pulled, true);
                     refused |= flags[p as usize].is_none();
                 }
                 self.drop_pulled(f, pulled);
@@ -273,10 +273,19 @@ impl Mapping {
 
     /// Asks whether page `p` of the file is cached with a one-byte
     /// cache-only read; a missing page (whose read the kernel starts) goes
-    /// to `pulled`. `None` if the OS refuses the call.
-    fn probe_page(&self, f: &File, p: u64, pulled: &mut Pulled) -> Option<bool> {
+    /// to `pulled`. `None` if the OS refuses the call. A `scan` asks with
+    /// [`sys::peek_cached`], so that a page whose read finished before the
+    /// kernel answered leaves again (on a loaded machine, dozens of the 64
+    /// a scan asks did, and stayed); a row about to be read asks with
+    /// [`sys::read_cached`] and keeps it.
+    fn probe_page(&self, f: &File, p: u64, pulled: &mut Pulled, scan: bool) -> Option<bool> {
         let mut byte = [0u8; 1];
-        match sys::read_cached(f, p * self.page, &mut byte) {
+        let read = if scan {
+            sys::peek_cached
+        } else {
+            sys::read_cached
+        };
+        match read(f, p * self.page, &mut byte) {
             Ok(n) => Some(n == 1),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 pulled.0.push(p);

@@ -283,6 +283,34 @@ pub(super) fn cachestat(file: &File, range: Range<u64>) -> io::Result<u64> {
 }
 
 pub(super) fn read_cached(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    preadv2(file, offset, buf, libc::RWF_NOWAIT)
+}
+
+/// Set once the kernel or file system refuses `RWF_DONTCACHE` (before Linux
+/// 6.14, or a file system without uncached buffered reads).
+static DONTCACHE_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// True once `RWF_DONTCACHE` was refused here.
+#[cfg(test)]
+pub(super) fn dontcache_refused() -> bool {
+    DONTCACHE_REFUSED.load(Ordering::Relaxed)
+}
+
+pub(super) fn peek_cached(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    if !DONTCACHE_REFUSED.load(Ordering::Relaxed) {
+        match preadv2(file, offset, buf, libc::RWF_NOWAIT | libc::RWF_DONTCACHE) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {
+                DONTCACHE_REFUSED.store(true, Ordering::Relaxed);
+            }
+            r => return r,
+        }
+    }
+    read_cached(file, offset, buf)
+}
+
+/// `preadv2` of `buf.len()` bytes at `offset` with `flags`, retried on
+/// `EINTR`.
+fn preadv2(file: &File, offset: u64, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
     let off = i64::try_from(offset)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
     let iov = libc::iovec {
@@ -292,7 +320,7 @@ pub(super) fn read_cached(file: &File, offset: u64, buf: &mut [u8]) -> io::Resul
     loop {
         // SAFETY: `iov` describes `buf`, writable and live for the call;
         // preadv2 writes at most `buf.len()` bytes there.
-        let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, off, libc::RWF_NOWAIT) };
+        let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, off, flags) };
         if n >= 0 {
             return Ok(n as usize);
         }

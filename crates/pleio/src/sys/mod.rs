@@ -295,6 +295,17 @@ pub fn read_cached(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<
     adv::read_cached(file, offset, buf)
 }
 
+/// [`read_cached`] for a probe that must leave the page cache as it found
+/// it: a page the probe itself brings in is dropped again once read
+/// (`RWF_DONTCACHE`, Linux 6.14+ on file systems that support it; elsewhere
+/// exactly [`read_cached`]). The kernel starts reading a missing page
+/// before it answers, and on a fast device that read can finish first: the
+/// probe then gets the bytes (`Ok`) for a page that was not cached. With
+/// `RWF_DONTCACHE` such a page leaves again; without it, it stays.
+pub fn peek_cached(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+    adv::peek_cached(file, offset, buf)
+}
+
 /// True if the kernel shows this process the page-cache residency of
 /// `file` through `mincore`: it owns the file (or is root) or may write
 /// it. Since Linux 5.0 `mincore` reports every page of a file mapping
@@ -526,6 +537,55 @@ mod tests {
         let ok = RecordingAdvisor::new(None);
         assert_eq!(ok.will_need(&runs).failures, 0);
         assert!(ok.random(runs[0]));
+    }
+
+    #[test]
+    fn a_peek_leaves_the_page_cache_as_it_found_it() {
+        use pleio_testkit::skip;
+        if NOOP {
+            skip!("no page-cache calls in this build");
+        }
+        let dir = tempfile::tempdir_in(pleio_testkit::disk_dir!()).unwrap();
+        let path = dir.path().join("peek");
+        let page = page_size();
+        std::fs::write(&path, vec![7u8; 4 * page as usize]).unwrap();
+        let f = File::open(&path).unwrap();
+        f.sync_all().unwrap();
+        let probe = probe_handle(&f).unwrap_or_else(|| f.try_clone().unwrap());
+        let cached = |r: Range<u64>| cachestat(&f, r).ok();
+        let Some(4) = cached(0..4 * page) else {
+            skip!("cachestat does not count the pages just written");
+        };
+        // A cached page: read, and cached still.
+        let mut b = [0u8; 1];
+        assert_eq!(peek_cached(&probe, page, &mut b).unwrap(), 1);
+        assert_eq!(b[0], 7);
+        assert_eq!(cached(0..4 * page), Some(4));
+        // A page the peeks bring in: read once its read is done, and gone
+        // again after that.
+        evict(&f, 0..4 * page).unwrap();
+        if cached(0..4 * page) != Some(0) {
+            skip!("eviction does not take here");
+        }
+        let mut read = None;
+        for _ in 0..400 {
+            match peek_cached(&probe, 2 * page, &mut b) {
+                Ok(n) => {
+                    read = Some(n);
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(e) => panic!("peek at {}: {e}", 2 * page),
+            }
+        }
+        assert_eq!(read, Some(1), "the page never came in");
+        assert_eq!(b[0], 7);
+        if adv::dontcache_refused() {
+            skip!("no RWF_DONTCACHE here: a page a peek brings in stays");
+        }
+        assert_eq!(cached(2 * page..3 * page), Some(0));
     }
 
     #[test]
