@@ -30,7 +30,8 @@
 //!
 //! The bitmap goes stale when the kernel evicts pages pleio read. The warm
 //! path watches for that: it is timed in windows of [`WINDOW`] rows (one
-//! `Instant::now` per window but the last, a vDSO clock read, no system call). A window
+//! clock read per window but the last, an unfenced time-stamp counter read
+//! where it can be, see [`crate::sys::clock`]; no system call). A window
 //! slower than [`WINDOW_BUDGET`] is the eviction signature (a major fault
 //! costs a device read, tens of microseconds; a window of resident rows,
 //! even with minor faults, costs a few). Then the next window's rows are
@@ -41,7 +42,7 @@
 //! behind it (the thread was preempted) costs at most [`WINDOW`] probes
 //! and nothing else.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::direct::Kind;
 use super::known_pages::Residency;
@@ -49,6 +50,7 @@ use super::{with_staged, GatherError, GatherStats, PartScratch, Staged, Table};
 use crate::layout::{BatchExtent, ExtentOrder};
 use crate::output::Out;
 use crate::tuning::TUNING;
+use crate::sys::clock::BudgetClock;
 use crate::sys::guard::Scope;
 
 /// Rows decoded between two clock reads on the warm path
@@ -198,8 +200,9 @@ impl Table {
         let mut sequential = true;
         let n = rows.len();
         // The rows of the window after next are asked of memory (a software
-        // prefetch: no fault, no wait) before each window's clock read,
-        // which waits for every earlier load to finish; without it a warm
+        // prefetch: no fault, no wait) before each window's clock read
+        // (which, when it was `Instant::now`, waited for every earlier
+        // load to finish; see `sys::clock`); without it a warm
         // 1792-row gather took 1.8-2x `fault`'s time on a GGUF table, one
         // memory round trip per window. A checkpoint's rows are prefetched
         // from the batch's extents: when each row's extents had to be
@@ -227,11 +230,12 @@ impl Table {
         };
         prefetch(0);
         prefetch(WINDOW);
+        let clock = BudgetClock::new(WINDOW_BUDGET);
         let mut i = 0;
         while i < n {
             let end = (i + WINDOW).min(n);
             prefetch(end + WINDOW);
-            let clock = (end < n).then(Instant::now);
+            let started = (end < n).then(|| clock.stamp());
             let window = &rows[i..end];
             let known = extents.map(|e| &e[i * per..end * per]);
             let warm = match known {
@@ -266,7 +270,7 @@ impl Table {
                 }
             }
             i = end;
-            if clock.is_some_and(|c| c.elapsed() > WINDOW_BUDGET) {
+            if started.is_some_and(|s| clock.over(s)) {
                 // Eviction signature: before touching more rows, probe the
                 // next window's. One believed resident but gone confirms an
                 // eviction: the bitmap is stale, so the rest of the batch

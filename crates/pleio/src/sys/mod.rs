@@ -95,6 +95,7 @@ pub(crate) fn prefetch_lines(start: *const u8, len: usize, max_lines: usize) {
     let _ = (start, len, max_lines);
 }
 
+pub(crate) mod clock;
 pub(crate) mod guard;
 pub mod shm;
 mod zeroed;
