@@ -227,6 +227,8 @@ pub(crate) struct Out<'a> {
     buf: Buf<'a>,
     /// Output units (floats or bytes) per row.
     row_len: usize,
+    /// This thread's decode scratch, taken for the gather.
+    scratch: Taken,
 }
 
 /// The byte outputs' decode scratch: decoded f32s and 16-bit values, a row
@@ -238,19 +240,34 @@ struct Scratch {
 }
 
 thread_local! {
-    /// This thread's [`Scratch`], kept across gathers: an `Out` lives for
-    /// one gather, and a scratch of its own was allocated and zeroed by
-    /// every gather (16 warm MLX 4-bit rows to bf16: 4.17 -> 4.43 us when
-    /// it grew from a row to a run of rows).
-    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+    /// This thread's [`Scratch`] between gathers. An `Out` lives for one
+    /// gather; a scratch of its own was allocated and zeroed by every
+    /// gather (16 warm MLX 4-bit rows to bf16: 4.17 -> 4.43 us when it
+    /// grew from a row to a run of rows). A second `Out` of the thread at
+    /// the same time takes an empty one.
+    static SCRATCH: std::cell::Cell<Scratch> = const {
+        std::cell::Cell::new(Scratch {
+            row: Vec::new(),
+            half: Vec::new(),
+        })
+    };
 }
 
-/// Runs `f` with this thread's [`Scratch`] (a fresh one if it is in use).
-fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
-    SCRATCH.with(|c| match c.try_borrow_mut() {
-        Ok(mut s) => f(&mut s),
-        Err(_) => f(&mut Scratch::default()),
-    })
+/// This thread's [`Scratch`] while an `Out` holds it; put back when
+/// dropped (a guard of its own, not a `Drop` of `Out`, so the output's
+/// borrow ends where `Out` is last used).
+struct Taken(Scratch);
+
+impl Taken {
+    fn new() -> Taken {
+        Taken(SCRATCH.take())
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        SCRATCH.set(std::mem::take(&mut self.0));
+    }
 }
 
 enum Buf<'a> {
@@ -264,6 +281,7 @@ impl<'a> Out<'a> {
         Out {
             buf: Buf::F32(out),
             row_len: layout.row_elems() as usize,
+            scratch: Taken::new(),
         }
     }
 
@@ -274,6 +292,7 @@ impl<'a> Out<'a> {
         Some(Out {
             buf: Buf::Bytes { dtype, bytes: out },
             row_len,
+            scratch: Taken::new(),
         })
     }
 
@@ -348,8 +367,8 @@ impl<'a> Out<'a> {
                     bytes,
                 },
                 _,
-            ) => with_scratch(|s| {
-                let row = &mut s.row;
+            ) => {
+                let row = &mut self.scratch.0.row;
                 for (src, dst) in
                     by_scratch(staged, &mut bytes[..units], units / self.row_len, elems)
                 {
@@ -360,8 +379,7 @@ impl<'a> Out<'a> {
                     }
                     f32_row_le(row, dst);
                 }
-                Ok::<(), DecodeError>(())
-            })?,
+            }
             (
                 Buf::Bytes {
                     dtype: dtype @ (Dtype::Bf16 | Dtype::F16),
@@ -375,8 +393,8 @@ impl<'a> Out<'a> {
                     bytes,
                 },
                 Decoder::Encoded(d),
-            ) => with_scratch(|s| {
-                let half = &mut s.half;
+            ) => {
+                let half = &mut self.scratch.0.half;
                 for (src, dst) in
                     by_scratch(staged, &mut bytes[..units], units / self.row_len, elems)
                 {
@@ -386,8 +404,7 @@ impl<'a> Out<'a> {
                         o.copy_from_slice(&x.to_le_bytes());
                     }
                 }
-                Ok::<(), DecodeError>(())
-            })?,
+            }
             (Buf::Bytes { .. }, _) => return Ok(false),
         }
         Ok(true)
@@ -423,21 +440,20 @@ impl<'a> Out<'a> {
                         dst.copy_from_slice(src);
                         Ok(())
                     }
-                    Dtype::F32 => with_scratch(|s| {
-                        s.row.resize(n / 4, 0.0);
-                        decoder.decode(src, &mut s.row)?;
-                        f32_row_le(&s.row, dst);
+                    Dtype::F32 => {
+                        let row = &mut self.scratch.0.row;
+                        row.resize(n / 4, 0.0);
+                        decoder.decode(src, row)?;
+                        f32_row_le(row, dst);
                         Ok(())
-                    }),
-                    Dtype::Bf16 | Dtype::F16 => with_scratch(|s| {
-                        decoder.decode_half(
-                            *dtype == Dtype::Bf16,
-                            src,
-                            dst,
-                            &mut s.row,
-                            &mut s.half,
-                        )
-                    }),
+                    }
+                    Dtype::Bf16 | Dtype::F16 => decoder.decode_half(
+                        *dtype == Dtype::Bf16,
+                        src,
+                        dst,
+                        &mut self.scratch.0.row,
+                        &mut self.scratch.0.half,
+                    ),
                 }
             }
         }
