@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use crate::layout::{Layout, RowFormat};
 use crate::quant::convert::{f32_row_le, f32_to_bf16_row_le, f32_to_f16_row_le};
-use crate::quant::encoding::{EncodingDecoder, RowsOut};
+use crate::quant::encoding::{split_parts, EncodingDecoder, RowsOut};
 pub use crate::quant::Rounding;
 use crate::quant::{DecodeError, RowDecoder};
 
@@ -54,18 +54,8 @@ impl Decoder {
         f: impl FnOnce(&[&[u8]]) -> Result<R, crate::quant::encoding::EncodingError>,
     ) -> Result<R, DecodeError> {
         let sizes = dec.part_bytes();
-        let mut parts: [&[u8]; 3] = [&[]; 3];
-        let mut rest = src;
-        let n = sizes.as_slice().len();
-        for (slot, &len) in parts.iter_mut().zip(sizes.as_slice()) {
-            let (head, tail) = rest.split_at(len.min(rest.len()));
-            *slot = head;
-            rest = tail;
-        }
-        if !rest.is_empty() {
-            // Too many bytes: the last part's length check reports it.
-            parts[n - 1] = &src[src.len() - rest.len() - parts[n - 1].len()..];
-        }
+        let n = sizes.as_slice().len().min(3);
+        let parts = split_parts(src, sizes.as_slice());
         Ok(f(&parts[..n])?)
     }
 

@@ -696,12 +696,20 @@ impl EncodingDecoder {
     }
 }
 
-/// The parts of a stored row of exactly `sizes`' total length.
-fn split_parts<'a>(row: &'a [u8], sizes: &[usize]) -> [&'a [u8]; 3] {
+/// The parts (at most 3) of a stored row, `sizes` bytes each in order.
+/// Lengths are not checked here: a row too short gives short (then empty)
+/// parts, and a row too long gives its excess to the last part, so the
+/// decoder's length check reports either.
+pub(crate) fn split_parts<'a>(row: &'a [u8], sizes: &[usize]) -> [&'a [u8]; 3] {
     let mut parts: [&[u8]; 3] = [&[]; 3];
     let mut rest = row;
     for (slot, &len) in parts.iter_mut().zip(sizes) {
-        (*slot, rest) = rest.split_at(len);
+        (*slot, rest) = rest.split_at(len.min(rest.len()));
+    }
+    if let Some(last) = sizes.len().min(3).checked_sub(1) {
+        if !rest.is_empty() {
+            parts[last] = &row[row.len() - rest.len() - parts[last].len()..];
+        }
     }
     parts
 }
