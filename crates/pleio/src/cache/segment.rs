@@ -838,6 +838,16 @@ impl Segment {
         self.map.prefetch(self.geo.sets_at + set * 2, 2);
     }
 
+    /// Software-prefetches what [`Segment::publish`] of `slot` writes: its
+    /// state, version and payload (a slot claimed a batch ago has long left
+    /// the CPU's caches and TLB once the batch's reads are done).
+    #[inline]
+    pub fn prefetch_slot(&self, slot: usize) {
+        if slot < self.slots() {
+            self.map.prefetch(self.slot_at(slot), self.geo.slot);
+        }
+    }
+
     /// The slots of `row`'s set whose tag is `row`'s (not yet checked to
     /// be ready).
     fn tagged(&self, row: u64) -> impl Iterator<Item = usize> + '_ {

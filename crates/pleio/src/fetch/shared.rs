@@ -382,6 +382,12 @@ impl SharedReader {
         }
         let mut staging = self.staging.take();
         let first = claims.filled;
+        // Each publish writes a slot claimed before the reads: prefetched
+        // LEAD rows ahead, so its cache and TLB misses overlap.
+        const LEAD: usize = 8;
+        for &k in claims.keys[first..].iter().take(LEAD) {
+            claims.cache.prefetch_slot(k);
+        }
         self.miss.read_groups(
             t,
             groups,
@@ -390,6 +396,9 @@ impl SharedReader {
             Some(bytes),
             stats,
             &mut |j, _, b| {
+                if let Some(&k) = claims.keys.get(first + j + LEAD) {
+                    claims.cache.prefetch_slot(k);
+                }
                 claims.cache.publish(claims.keys[first + j], b);
                 claims.filled += 1;
                 false
