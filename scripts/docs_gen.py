@@ -515,18 +515,20 @@ def publish_speed(path):
 
 def remote_gather(path):
     """scripts/remote_speed.py gather: batches of raw rows from one server and a cluster, with and without huge
-    pages; back to back, and (newer reports) after an idle pause before each batch."""
+    pages; back to back, and (newer reports) after an idle pause before each batch, without and with lookahead."""
     rep = load(path)
     runs = rep["output"]
-    cols = sorted({(x["rows"], x.get("pause_ms", 0)) for x in runs}, key=lambda c: (c[1] > 0, c[0]))
-    head = [f"{n} rows{f' after {p} ms idle' if p else ''}: median (p90)" for n, p in cols]
+    key = lambda x: (x["rows"], x.get("pause_ms", 0), x.get("lookahead", False))
+    cols = sorted({key(x) for x in runs}, key=lambda c: (c[1] > 0, c[2], c[0]))
+    head = [f"{n} rows{f' after {p} ms idle' if p else ''}{', lookahead: wait' if la else ''}: median (p90)"
+            for n, p, la in cols]
     out = ["| Redis | heap | " + " | ".join(head) + " |", "|---|---|" + "---:|" * len(cols)]
-    by = {(x["target"], x["thp"], x["rows"], x.get("pause_ms", 0)): x for x in runs}
+    by = {(x["target"], x["thp"]) + key(x): x for x in runs}
     for target, thp in dict.fromkeys((x["target"], x["thp"]) for x in runs):
-        huge = max(by[target, thp, n, p]["anon_huge_kib"] for n, p in cols if (target, thp, n, p) in by)
+        huge = max(by[(target, thp) + c]["anon_huge_kib"] for c in cols if (target, thp) + c in by)
         heap = f"huge pages ({huge / 2**20:.2f} GiB)" if thp else "4 KiB pages"
-        cells = [f"{ms(by[target, thp, n, p]['median_us'])} ({ms(by[target, thp, n, p]['p90_us'])})"
-                 if (target, thp, n, p) in by else "-" for n, p in cols]
+        cells = [f"{ms(by[(target, thp) + c]['median_us'])} ({ms(by[(target, thp) + c]['p90_us'])})"
+                 if (target, thp) + c in by else "-" for c in cols]
         out.append(f"| {target} | {heap} | " + " | ".join(cells) + " |")
     return with_footer(path, "\n".join(out), rep)
 

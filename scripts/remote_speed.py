@@ -16,7 +16,10 @@ gather: random batches of raw rows from the published table (the
 `remote_gather` example of pleio-benches: medians and p90 per batch size),
 with the servers' heap on 4 KiB pages and on transparent huge pages
 (jemalloc's `thp:always` and Redis's `disable-thp no`); batches back to
-back, and 1792 rows after --pause-ms of idle before each batch:
+back, 1792 rows after --pause-ms of idle before each batch, and the same
+with lookahead (`--lookahead`: each batch was queued to the background
+worker when the one before was taken, as llama.cpp's provider does; the
+time is what the caller waits):
 
     python3 scripts/reportmeta.py --out docs/reports/remote-gather.json -- \\
         python3 scripts/remote_speed.py gather --pleio target/release/pleio \\
@@ -119,14 +122,18 @@ def gather_runs(a, d):
             with published(a, table, n, Path(d) / f"g{n}{'h' if thp else ''}", thp) as (servers, url):
                 # Back to back, then 1792 rows with a pause before each
                 # batch (an engine's decode steps come tens of ms apart).
-                for rows, pause in ((16, 0), (1792, 0), (1792, a.pause_ms)):
+                # Last, the paused batches again with lookahead.
+                for rows, pause, ahead in ((16, 0, False), (1792, 0, False), (1792, a.pause_ms, False),
+                                           (1792, a.pause_ms, True)):
                     batches = a.batches if pause == 0 else min(a.batches, 100)
                     got = json.loads(subprocess.run([exe_path, url, str(rows), str(batches), "--pause-ms", str(pause),
-                                                     "--json"], check=True, capture_output=True, text=True).stdout)
+                                                     "--json"] + (["--lookahead"] if ahead else []),
+                                                    check=True, capture_output=True, text=True).stdout)
                     huge = sum(int(l.split()[1]) for p in servers.procs
                                for l in open(f"/proc/{p.pid}/smaps_rollup") if l.startswith("AnonHugePages:"))
                     print(json.dumps({"target": target, "thp": thp, "rows": rows, "batches": batches,
-                                      "pause_ms": pause, "median_us": got["median_us"], "p90_us": got["p90_us"],
+                                      "pause_ms": pause, "lookahead": ahead, "median_us": got["median_us"],
+                                      "p90_us": got["p90_us"],
                                       "anon_huge_kib": huge}), flush=True)
 
 

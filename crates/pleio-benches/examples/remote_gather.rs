@@ -5,17 +5,23 @@
 //! (`rows`, `batches`, `median_us`, `p90_us`: what scripts/remote_speed.py
 //! reads). With `--pause-ms N`, the client sleeps N ms before each batch,
 //! as an engine does between decode steps: the servers and the client wake
-//! from idle for every batch instead of running back to back.
+//! from idle for every batch instead of running back to back. With
+//! `--lookahead`, the client works as an engine with lookahead does
+//! (llama.cpp's provider, `Table::prefetch`): when it takes batch k it
+//! queues batch k+1's rows to the background worker, which reads them
+//! during the pause; the time reported is what the engine waits for batch
+//! k (taking it and queueing the next), not the read.
 //!
 //!     cargo run --release -p pleio-benches --example remote_gather -- \
 //!         redis://127.0.0.1:PORT/NAME [ROWS=1792] [BATCHES=200] [STRATEGY=auto] \
-//!         [--pause-ms N] [--json]
+//!         [--pause-ms N] [--lookahead] [--json]
 
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let json = args.iter().any(|s| s == "--json");
+    let lookahead = args.iter().any(|s| s == "--lookahead");
     let pause_at = args.iter().position(|s| s == "--pause-ms");
     let pause = match pause_at {
         Some(i) => std::time::Duration::from_millis(
@@ -28,11 +34,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<&String> = args
         .iter()
         .enumerate()
-        .filter(|&(i, s)| s != "--json" && pause_at.is_none_or(|p| i != p && i != p + 1))
+        .filter(|&(i, s)| {
+            s != "--json" && s != "--lookahead" && pause_at.is_none_or(|p| i != p && i != p + 1)
+        })
         .map(|(_, s)| s)
         .collect();
     let url = a.get(1).ok_or(
-        "usage: remote_gather redis://HOST:PORT/NAME [ROWS] [BATCHES] [STRATEGY] [--pause-ms N] [--json]",
+        "usage: remote_gather redis://HOST:PORT/NAME [ROWS] [BATCHES] [STRATEGY] [--pause-ms N] [--lookahead] [--json]",
     )?;
     let n: usize = a.get(2).map_or(Ok(1792), |s| s.parse())?;
     let batches: usize = a.get(3).map_or(Ok(200), |s| s.parse())?;
@@ -41,11 +49,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut rng = pleio_lab::random::Rng::new(7);
     let mut out = vec![0u8; t.out_bytes(pleio::Dtype::Raw, n).ok_or("batch too large")?];
     let mut times = Vec::with_capacity(batches);
-    for _ in 0..batches {
-        let rows: Vec<u64> = (0..n).map(|_| rng.below(t.rows())).collect();
+    let batch = |rng: &mut pleio_lab::random::Rng| -> Vec<u64> {
+        (0..n).map(|_| rng.below(t.rows())).collect()
+    };
+    // With --lookahead, batch k+1 is queued when batch k is taken.
+    let mut queued = if lookahead {
+        Some(t.prefetch(&batch(&mut rng), pleio::Dtype::Raw)?)
+    } else {
+        None
+    };
+    for k in 0..batches {
+        let rows = if lookahead {
+            Vec::new()
+        } else {
+            batch(&mut rng)
+        };
         std::thread::sleep(pause);
         let s = Instant::now();
-        t.gather_as(pleio::Dtype::Raw, &rows, &mut out)?;
+        match queued.take() {
+            Some(p) => {
+                p.wait_into_bytes(&mut out)?;
+                if k + 1 < batches {
+                    queued = Some(t.prefetch(&batch(&mut rng), pleio::Dtype::Raw)?);
+                }
+            }
+            None => {
+                t.gather_as(pleio::Dtype::Raw, &rows, &mut out)?;
+            }
+        }
         times.push(s.elapsed().as_secs_f64() * 1e6);
     }
     if times.is_empty() {

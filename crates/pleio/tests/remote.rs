@@ -132,6 +132,18 @@ fn a_cluster_serves_every_table_exactly_and_survives_a_master_kill() {
     let remote = Table::open(url(&seed, "q")).unwrap();
     assert_same(&gguf, &remote, &rows_of(&mut rng, gguf.rows(), 300));
 
+    // Lookahead over the cluster (an engine queues ubatch k+1's rows while
+    // k computes): the background worker's batch is the file's bytes, and
+    // the rows are read from Redis once, by the worker.
+    for d in [Dtype::Raw, Dtype::F32] {
+        let rows = rows_of(&mut rng, gguf.rows(), 300);
+        let p = remote.prefetch(&rows, d).unwrap();
+        let mut v = vec![0u8; remote.out_bytes(d, rows.len()).unwrap()];
+        let got = p.wait_into_bytes(&mut v).unwrap();
+        assert_eq!(v, out(&gguf, d, &rows).unwrap(), "{d:?}");
+        assert_eq!(got.stats.backend(), Some("redis"), "{d:?}");
+    }
+
     // The row caches in front of the cluster: the first gather reads its
     // misses from Redis, the second finds every row in the cache.
     let rows = rows_of(&mut rng, gguf.rows(), 300);
