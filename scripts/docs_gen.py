@@ -520,15 +520,18 @@ def remote_gather(path):
     runs = rep["output"]
     key = lambda x: (x["rows"], x.get("pause_ms", 0), x.get("lookahead", False))
     cols = sorted({key(x) for x in runs}, key=lambda c: (c[1] > 0, c[2], c[0]))
-    head = [f"{n} rows{f' after {p} ms idle' if p else ''}{', lookahead: wait' if la else ''}: median (p90)"
+    head = [f"{n} rows{f' after {p} ms idle' if p else ''}"
+            f"{', lookahead: take and queue the next, median (p90); handover alone' if la else ': median (p90)'}"
             for n, p, la in cols]
     out = ["| Redis | heap | " + " | ".join(head) + " |", "|---|---|" + "---:|" * len(cols)]
     by = {(x["target"], x["thp"]) + key(x): x for x in runs}
     for target, thp in dict.fromkeys((x["target"], x["thp"]) for x in runs):
         huge = max(by[(target, thp) + c]["anon_huge_kib"] for c in cols if (target, thp) + c in by)
         heap = f"huge pages ({huge / 2**20:.2f} GiB)" if thp else "4 KiB pages"
-        cells = [f"{ms(by[(target, thp) + c]['median_us'])} ({ms(by[(target, thp) + c]['p90_us'])})"
-                 if (target, thp) + c in by else "-" for c in cols]
+        def cell(x):
+            take = x.get("take_median_us")
+            return f"{ms(x['median_us'])} ({ms(x['p90_us'])})" + (f"; {ms(take)}" if take is not None else "")
+        cells = [cell(by[(target, thp) + c]) if (target, thp) + c in by else "-" for c in cols]
         out.append(f"| {target} | {heap} | " + " | ".join(cells) + " |")
     return with_footer(path, "\n".join(out), rep)
 

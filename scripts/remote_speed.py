@@ -19,7 +19,8 @@ with the servers' heap on 4 KiB pages and on transparent huge pages
 back, 1792 rows after --pause-ms of idle before each batch, and the same
 with lookahead (`--lookahead`: each batch was queued to the background
 worker when the one before was taken, as llama.cpp's provider does; the
-time is what the caller waits):
+time is the caller's: taking the batch, then queueing the next; and the
+handover alone):
 
     python3 scripts/reportmeta.py --out docs/reports/remote-gather.json -- \\
         python3 scripts/remote_speed.py gather --pleio target/release/pleio \\
@@ -133,7 +134,7 @@ def gather_runs(a, d):
                                for l in open(f"/proc/{p.pid}/smaps_rollup") if l.startswith("AnonHugePages:"))
                     print(json.dumps({"target": target, "thp": thp, "rows": rows, "batches": batches,
                                       "pause_ms": pause, "lookahead": ahead, "median_us": got["median_us"],
-                                      "p90_us": got["p90_us"],
+                                      "p90_us": got["p90_us"], "take_median_us": got.get("take_median_us"),
                                       "anon_huge_kib": huge}), flush=True)
 
 
