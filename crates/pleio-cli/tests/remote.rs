@@ -1,7 +1,8 @@
 //! The CLI and a table in Redis (a throwaway redis-server on loopback,
 //! stopped by pid): `publish` (progress, `--json`, `--in-flight`), then
 //! `gather`, `rows` and `inspect` on the address give what they give on
-//! the file; the commands that read files refuse an address by name.
+//! the file, also from processes sharing one machine-wide cache in front
+//! of it; the commands that read files refuse an address by name.
 
 mod common;
 
@@ -372,4 +373,91 @@ fn parts_publish_one_table_together_and_only_the_whole_is_visible() {
     assert!(err.contains("0 <= K < N"), "{err}");
     let err = fails(&["publish", p(&a), &url("x"), "--part", "1"]);
     assert!(err.contains("give K/N"), "{err}");
+}
+
+/// `pleio gather URL --strategy shared --rows-file LIST --stats --json -o
+/// OUT` with its segments in `shm`.
+fn gather_shared(url: &str, list: &Path, out: &Path, shm: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pleio"));
+    c.args([
+        "gather",
+        url,
+        "--strategy",
+        "shared",
+        "--rows-file",
+        p(list),
+    ])
+    .args(["--stats", "--json", "-o", p(out)])
+    .env("PLEIO_SHM_DIR", shm);
+    c
+}
+
+#[test]
+fn processes_sharing_one_cache_in_front_of_redis_get_the_files_rows() {
+    if let Some(why) = pleio_testkit::redis::unavailable() {
+        pleio_testkit::skip!("{why}");
+    }
+    let server = Server::standalone(None).unwrap();
+    let dir = disk_dir();
+    let shm = tempfile::tempdir().unwrap();
+    let file = dir.path().join("q.gguf");
+    ok(&["synth", "--rows", "40000", "--seed", "9", "-o", p(&file)]);
+    let url = format!("redis://{}/q", server.addr());
+    ok(&["publish", p(&file), &url, "--bucket-bytes", "8192"]);
+    // Four processes at once on one segment, each its own order of an
+    // overlapping set of rows (with repeats): each row is claimed by one
+    // of them, and the others read it themselves or find it published.
+    let ids: Vec<u64> = (0..3000u64).map(|i| i * 7919 % 40000).collect();
+    let mut children = Vec::new();
+    for k in 0..4 {
+        let mut mine = ids.clone();
+        mine.rotate_left(k * 700);
+        mine.extend_from_slice(&ids[..100]);
+        let list = dir.path().join(format!("rows{k}.txt"));
+        let text: Vec<String> = mine.iter().map(u64::to_string).collect();
+        std::fs::write(&list, text.join(",")).unwrap();
+        let from_file = dir.path().join(format!("file{k}.f32"));
+        ok(&[
+            "gather",
+            p(&file),
+            "--rows-file",
+            p(&list),
+            "-o",
+            p(&from_file),
+        ]);
+        let out = dir.path().join(format!("shared{k}.f32"));
+        let child = gather_shared(&url, &list, &out, shm.path())
+            .env("PLEIO_SHARED_KEEP", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        children.push((child, from_file, out));
+    }
+    for (child, from_file, out) in children {
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(
+            std::fs::read(&from_file).unwrap(),
+            std::fs::read(&out).unwrap()
+        );
+    }
+    // Then every row is in the segment: a fifth process reads nothing.
+    let list = dir.path().join("rows0.txt");
+    let out = dir.path().join("again.f32");
+    let o = gather_shared(&url, &list, &out, shm.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        std::fs::read(dir.path().join("file0.f32")).unwrap(),
+        std::fs::read(&out).unwrap()
+    );
+    assert_eq!(
+        (j["cache_hits"].as_u64(), j["cache_misses"].as_u64()),
+        (Some(3000), Some(0)),
+        "{j}"
+    );
+    assert_eq!(j["read_bytes"], 0, "{j}");
 }

@@ -172,6 +172,31 @@ fn a_cluster_serves_every_table_exactly_and_survives_a_master_kill() {
             "{s}"
         );
         assert_eq!(v, out(&gguf, Dtype::Raw, &rows).unwrap(), "{s}");
+        // Rows seen and new ones, with repeats: the new are read (for
+        // `shared`, claimed while their requests are in flight) and kept.
+        let mut mixed: Vec<u64> = rows[..150].to_vec();
+        mixed.extend(rows_of(&mut rng, gguf.rows(), 150));
+        mixed.extend_from_slice(&rows[..20]);
+        let mut m = mixed.clone();
+        m.sort_unstable();
+        m.dedup();
+        let mut v = vec![0u8; t.out_bytes(Dtype::Raw, mixed.len()).unwrap()];
+        let third = t.gather_as(Dtype::Raw, &mixed, &mut v).unwrap();
+        assert_eq!(v, out(&gguf, Dtype::Raw, &mixed).unwrap(), "{s}");
+        assert_eq!(third.cache_hits + third.cache_misses, m.len() as u64, "{s}");
+        let mut seen = rows[..150].to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        assert!(
+            third.cache_hits >= seen.len() as u64 && third.cache_misses > 100,
+            "{s}: {third:?}"
+        );
+        let fourth = t.gather_as(
+            Dtype::F32,
+            &mixed,
+            &mut vec![0u8; t.out_bytes(Dtype::F32, mixed.len()).unwrap()],
+        );
+        assert_eq!(fourth.unwrap().cache_misses, 0, "{s}");
     }
 
     // Checkpoints: FP8 (table scale), FP8 with row scales, NVFP4, MLX 4-bit.

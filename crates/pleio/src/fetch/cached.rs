@@ -449,6 +449,14 @@ impl MissReader {
         }
     }
 
+    /// The published table the misses are read from, if remote.
+    pub(super) fn remote(&self) -> Option<&crate::remote::RemoteTable> {
+        match &self.source {
+            MissSource::Files(_) => None,
+            MissSource::Remote(r) => Some(r),
+        }
+    }
+
     /// The reader of the misses (`None` for a remote table).
     pub(super) fn reader(&self) -> Option<&Reader> {
         match &self.source {

@@ -13,6 +13,12 @@
 //! first and written to the output last, so a failed read leaves it
 //! untouched.
 //!
+//! A table published to Redis has no file read for a claim to save, and
+//! a round trip to hide: its missed rows are all requested at once, and
+//! probed and claimed while the requests are in flight; a row another
+//! process holds or is filling is taken from the bytes read, not waited
+//! for (`misses_during_read`).
+//!
 //! The segment is named by the table's identity (device, inode, size and
 //! modification time of every file holding rows, and the rows' geometry).
 //! Each gather looks at the files (`fstat`, as `cached`) and at the
@@ -285,34 +291,24 @@ impl SharedReader {
         stats: &mut GatherStats,
         d: &mut SegmentStats,
     ) -> Result<(), GatherError> {
+        if let Some(remote) = self.miss.remote() {
+            return misses_during_read(remote, t, seg, groups, bytes, stats, d);
+        }
         let rb = t.row_bytes() as usize;
         let (reqs0, bytes0, misses0) = (stats.read_requests, stats.read_bytes, stats.cache_misses);
         let mut claims = Claims::new(seg);
         let mut claimed = Vec::new();
         let mut waits = Vec::new();
         let mut private = Vec::new();
-        // Each probe reads its set's tags and claim lock: prefetched 8
-        // rows ahead, so a cold batch's claims are made at memory speed
-        // (the readers start once they are).
-        const LEAD: usize = 8;
-        for g in groups.iter().take(LEAD) {
-            seg.prefetch_probe(g.row);
-        }
-        for (u, g) in groups.iter().enumerate() {
-            if let Some(a) = groups.get(u + LEAD) {
-                seg.prefetch_probe(a.row);
+        probe_groups(seg, groups, rb, Some(bytes), &mut d.evictions, |u, p| match p {
+            Probe::Hit => d.hits += 1,
+            Probe::Claimed(slot) => {
+                claims.keys.push(slot);
+                claimed.push(u);
             }
-            let dst = &mut bytes[u * rb..(u + 1) * rb];
-            match seg.probe(g.row, dst, &mut d.evictions) {
-                Probe::Hit => d.hits += 1,
-                Probe::Claimed(slot) => {
-                    claims.keys.push(slot);
-                    claimed.push(u);
-                }
-                Probe::Wait { slot, state } => waits.push((u, slot, state)),
-                Probe::Uncached => private.push(u),
-            }
-        }
+            Probe::Wait { slot, state } => waits.push((u, slot, state)),
+            Probe::Uncached => private.push(u),
+        });
         self.fill(t, groups, &claimed, &mut claims, bytes, stats)?;
         // Rows other processes were reading: by now in, or their writer
         // died (the slot is ours: read at once, so no claim is held while
@@ -384,7 +380,6 @@ impl SharedReader {
         let first = claims.filled;
         // Each publish writes a slot claimed before the reads: prefetched
         // LEAD rows ahead, so its cache and TLB misses overlap.
-        const LEAD: usize = 8;
         for &k in claims.keys[first..].iter().take(LEAD) {
             claims.cache.prefetch_slot(k);
         }
@@ -405,6 +400,106 @@ impl SharedReader {
             },
         )
     }
+}
+
+/// Prefetch distance, in rows, of the miss paths' probes and inserts.
+const LEAD: usize = 8;
+
+/// Probes the rows of `groups` in order and hands each result to `on`
+/// with the group's index. A hit is copied to `bytes[u * rb..]`, or to a
+/// scratch row without `bytes`. Each probe reads its set's tags and claim
+/// lock, prefetched LEAD rows ahead, so a cold batch's claims are made at
+/// memory speed.
+fn probe_groups(
+    seg: &Segment,
+    groups: &[Group],
+    rb: usize,
+    mut bytes: Option<&mut [u8]>,
+    evictions: &mut u64,
+    mut on: impl FnMut(usize, Probe),
+) {
+    let mut spare = Vec::new();
+    for g in groups.iter().take(LEAD) {
+        seg.prefetch_probe(g.row);
+    }
+    for (u, g) in groups.iter().enumerate() {
+        if let Some(a) = groups.get(u + LEAD) {
+            seg.prefetch_probe(a.row);
+        }
+        let dst = match bytes.as_deref_mut() {
+            Some(b) => &mut b[u * rb..(u + 1) * rb],
+            None => {
+                spare.resize(rb, 0);
+                &mut spare[..]
+            }
+        };
+        on(u, seg.probe(g.row, dst, evictions));
+    }
+}
+
+/// The misses of a table published to Redis, `groups[u]` into
+/// `bytes[u * rb..]`: every missed row is requested at once, and the rows
+/// are probed while the requests are in flight, so the claims cost no
+/// time of their own. A claimed row is published when it arrives; a row
+/// another process holds or is filling is taken from the bytes read (the
+/// same row, checked), never waited for. Two processes missing one row at
+/// the same moment both read it: the price of not waiting, a round trip
+/// each, against a file's read that a claim saves.
+fn misses_during_read(
+    remote: &crate::remote::RemoteTable,
+    t: &Table,
+    seg: &Segment,
+    groups: &[Group],
+    bytes: &mut [u8],
+    stats: &mut GatherStats,
+    d: &mut SegmentStats,
+) -> Result<(), GatherError> {
+    struct Claimed<'a> {
+        claims: Claims<'a, Segment>,
+        /// `groups[u]`'s index in `claims.keys`, if it was claimed.
+        of: Vec<Option<usize>>,
+    }
+    let rb = t.row_bytes() as usize;
+    let rows: Vec<u64> = groups.iter().map(|g| g.row).collect();
+    let state = std::cell::RefCell::new(Claimed {
+        claims: Claims::new(seg),
+        of: vec![None; groups.len()],
+    });
+    let mut evictions = 0;
+    let mut during = || {
+        let mut st = state.borrow_mut();
+        probe_groups(seg, groups, rb, None, &mut evictions, |u, p| {
+            if let Probe::Claimed(slot) = p {
+                st.of[u] = Some(st.claims.keys.len());
+                st.claims.keys.push(slot);
+            }
+        });
+    };
+    let (mut cold, mut read) = (0, 0);
+    let mut each = |k: usize, b: &[u8]| {
+        bytes[k * rb..(k + 1) * rb].copy_from_slice(b);
+        cold += (groups[k].end - groups[k].start) as u64;
+        read += 1;
+        let mut st = state.borrow_mut();
+        if let Some(&Some(j)) = st.of.get(k + LEAD) {
+            seg.prefetch_slot(st.claims.keys[j]);
+        }
+        if let Some(j) = st.of[k] {
+            seg.publish(st.claims.keys[j], b);
+            st.claims.filled += 1;
+        }
+    };
+    let got = remote.read_then(&rows, &mut during, &mut each)?;
+    let claimed = state.borrow().claims.keys.len() as u64;
+    stats.read_bytes += got;
+    stats.backend = Some("redis");
+    stats.cold_rows += cold;
+    stats.cache_misses += read;
+    d.evictions += evictions;
+    d.misses = claimed;
+    d.uncached = read - claimed;
+    d.bytes_read = got;
+    Ok(())
 }
 
 /// Where the first look puts what it finds.

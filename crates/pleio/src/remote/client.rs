@@ -499,6 +499,21 @@ impl Client {
         ranges: &[Range],
         dst: &mut [u8],
     ) -> Result<(), RemoteError> {
+        self.get_ranges_then(keys, ranges, dst, &mut || {})
+    }
+
+    /// [`Client::get_ranges`], calling `during` once while the first
+    /// round's requests are in flight (after they are written, before the
+    /// first reply is read), or, if no request was written, before
+    /// returning `Ok`: work that overlaps the round trip.
+    pub(crate) fn get_ranges_then(
+        &self,
+        keys: &NumberedKeys,
+        ranges: &[Range],
+        dst: &mut [u8],
+        during: &mut dyn FnMut(),
+    ) -> Result<(), RemoteError> {
+        let mut during = Some(during);
         for r in ranges {
             if r.len == 0 || r.at.checked_add(r.len).is_none_or(|end| end > dst.len()) {
                 return Err(RemoteError::Protocol {
@@ -521,6 +536,9 @@ impl Client {
         };
         for n in 0..=self.options().retries {
             if pending.is_empty() {
+                if let Some(f) = during.take() {
+                    f();
+                }
                 return Ok(());
             }
             if n > 0 {
@@ -565,6 +583,9 @@ impl Client {
                     Err(e) => round.fail(e, items),
                 }
             }
+            if let Some(f) = during.take() {
+                f();
+            }
             for (node, items, conn) in sent {
                 self.read_ranges(node, (keys, ranges), items, conn, dst, &mut round)?;
             }
@@ -574,6 +595,9 @@ impl Client {
             pending = std::mem::take(&mut round.next);
         }
         if pending.is_empty() {
+            if let Some(f) = during.take() {
+                f();
+            }
             return Ok(());
         }
         Err(RemoteError::GaveUp {

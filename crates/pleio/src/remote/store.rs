@@ -476,6 +476,18 @@ impl RemoteTable {
         rows: &[u64],
         each: &mut dyn FnMut(usize, &[u8]),
     ) -> Result<u64, RemoteError> {
+        self.read_then(rows, &mut || {}, each)
+    }
+
+    /// [`RemoteTable::read`], calling `during` once while the requests are
+    /// on their way (see [`Client::get_ranges_then`]), before any row is
+    /// handed to `each`.
+    pub(crate) fn read_then(
+        &self,
+        rows: &[u64],
+        during: &mut dyn FnMut(),
+        each: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<u64, RemoteError> {
         thread_local! {
             /// The last batch's record buffer, kept for the next (a fresh
             /// one of 290 KB a batch came from `mmap` and its pages were
@@ -483,7 +495,7 @@ impl RemoteTable {
             static RECORDS: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
         }
         let mut records = RECORDS.with(std::cell::Cell::take);
-        let read = self.read_into(rows, &mut records, each);
+        let read = self.read_into(rows, &mut records, during, each);
         // A huge batch's buffer is not kept for the thread's life.
         if records.capacity() <= KEPT_RECORDS {
             RECORDS.with(|c| c.set(records));
@@ -497,6 +509,7 @@ impl RemoteTable {
         &self,
         rows: &[u64],
         records: &mut Vec<u8>,
+        during: &mut dyn FnMut(),
         each: &mut dyn FnMut(usize, &[u8]),
     ) -> Result<u64, RemoteError> {
         let m = &self.manifest;
@@ -520,7 +533,8 @@ impl RemoteTable {
             }
             prev = Some(row);
         }
-        self.client.get_ranges(&self.keys, &ranges, records)?;
+        self.client
+            .get_ranges_then(&self.keys, &ranges, records, during)?;
         let seed = m.seed();
         for (&row, r) in rows.iter().zip(records.chunks_exact(rec)) {
             let (bytes, check) = r.split_at(rb);
