@@ -504,8 +504,9 @@ impl Client {
 
     /// [`Client::get_ranges`], calling `during` once while the first
     /// round's requests are in flight (after they are written, before the
-    /// first reply is read), or, if no request was written, before
-    /// returning `Ok`: work that overlaps the round trip.
+    /// first reply is read), or before returning `Ok` when there is no
+    /// range: work that overlaps the round trip. (Every later round comes
+    /// after the first's call.)
     pub(crate) fn get_ranges_then(
         &self,
         keys: &NumberedKeys,
@@ -595,9 +596,6 @@ impl Client {
             pending = std::mem::take(&mut round.next);
         }
         if pending.is_empty() {
-            if let Some(f) = during.take() {
-                f();
-            }
             return Ok(());
         }
         Err(RemoteError::GaveUp {
