@@ -286,6 +286,17 @@ impl<'a> Out<'a> {
         })
     }
 
+    /// True if rows are written as their stored bytes ([`Dtype::Raw`]).
+    pub(crate) fn is_raw(&self) -> bool {
+        matches!(
+            self.buf,
+            Buf::Bytes {
+                dtype: Dtype::Raw,
+                ..
+            }
+        )
+    }
+
     /// Output units per row.
     pub(crate) fn row_len(&self) -> usize {
         self.row_len

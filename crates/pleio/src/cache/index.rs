@@ -128,6 +128,32 @@ impl Index {
         }
     }
 
+    /// Asks memory for `key`'s home bucket (a software prefetch; see
+    /// [`crate::sys::prefetch_lines`]).
+    #[inline]
+    pub(crate) fn prefetch_home(&self, key: u64) {
+        let b = &self.buckets[self.home(key)];
+        crate::sys::prefetch_lines((b as *const u32).cast(), 4, 1);
+    }
+
+    /// Asks memory for the keys of the slots in `key`'s probe run (its
+    /// buckets read, so best after [`Index::prefetch_home`]), at most
+    /// `max` of them.
+    #[inline]
+    pub(crate) fn prefetch_run_keys(&self, key: u64, keys: &[u64], max: usize) {
+        let mut i = self.home(key);
+        for _ in 0..max {
+            let s = self.buckets[i];
+            if s == EMPTY {
+                return;
+            }
+            if let Some(k) = keys.get(s as usize - 1) {
+                crate::sys::prefetch_lines((k as *const u64).cast(), 8, 1);
+            }
+            i = self.step(i);
+        }
+    }
+
     /// Adds `key -> slot` (`key` absent, `keys[slot] == key`). Returns
     /// false (and changes nothing) if the index is full.
     pub(crate) fn insert(&mut self, key: u64, slot: u32, keys: &[u64]) -> bool {

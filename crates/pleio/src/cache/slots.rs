@@ -58,6 +58,29 @@ impl Slots {
         self.index.get(row, &self.keys)
     }
 
+    /// Asks memory for `row`'s index bucket: the first of three stages
+    /// that let a batch's lookups wait for memory together, not one after
+    /// another ([`crate::cache::RowCache::lookup_many`]).
+    #[inline]
+    pub(crate) fn prefetch_bucket(&self, row: u64) {
+        self.index.prefetch_home(row);
+    }
+
+    /// The second stage: asks memory for the keys `row`'s bucket run names.
+    #[inline]
+    pub(crate) fn prefetch_keys(&self, row: u64) {
+        self.index.prefetch_run_keys(row, &self.keys, 4);
+    }
+
+    /// The third stage: `row`'s slot, as [`Slots::peek`], with its
+    /// eviction-order entry asked of memory.
+    #[inline]
+    pub(crate) fn peek_prefetch(&self, row: u64) -> Option<u32> {
+        let slot = self.peek(row)?;
+        self.order.prefetch_hit(slot);
+        Some(slot)
+    }
+
     /// Puts `row` (not present) in a free slot, or evicts a row to make
     /// room. `None` if there are no slots at all.
     pub fn insert(&mut self, row: u64) -> Option<Placed> {

@@ -228,7 +228,10 @@ pub(super) fn groups_of(order: &[(u64, usize)]) -> Vec<Group> {
 }
 
 /// Writes each distinct row's staged bytes (`staged[u * rb..]` for
-/// `groups[u]`) to every request slot of its group.
+/// `groups[u]`) to every request slot of its group. A decoded output gets
+/// the rows put back in request order in `ordered` (scratch) and decoded
+/// as one batch ([`Out::put_decoded_rows`]): one decoder call a row cost a
+/// warm 1792-row IQ4_NL gather to f32 1.7x the decode time of one call.
 pub(super) fn put_groups(
     out: &mut Out<'_>,
     order: &[(u64, usize)],
@@ -236,7 +239,24 @@ pub(super) fn put_groups(
     staged: &[u8],
     rb: usize,
     decoder: &Decoder,
+    ordered: &mut Vec<u8>,
 ) -> Result<(), DecodeError> {
+    if !out.is_raw() && order.len() > 1 {
+        if let Some(len) = order.len().checked_mul(rb) {
+            if ordered.len() < len {
+                ordered.resize(len, 0);
+            }
+            for (u, g) in groups.iter().enumerate() {
+                let src = &staged[u * rb..(u + 1) * rb];
+                for &(_, i) in &order[g.start..g.end] {
+                    ordered[i * rb..(i + 1) * rb].copy_from_slice(src);
+                }
+            }
+            if out.put_decoded_rows(&ordered[..len], decoder)? {
+                return Ok(());
+            }
+        }
+    }
     for (u, g) in groups.iter().enumerate() {
         put_all(out, &order[g.start..g.end], &staged[u * rb..(u + 1) * rb], decoder)?;
     }
@@ -321,17 +341,31 @@ impl CachedReader {
         let mut claims = Claims::new(&self.cache);
         let mut misses = Vec::new();
         let mut busy = Vec::new();
-        for (u, g) in groups.iter().enumerate() {
-            let dst = &mut st.bytes[u * rb..(u + 1) * rb];
-            match self.cache.lookup(g.row, |b| copy_row(dst, b))? {
-                Found::Hit => stats.cache_hits += 1,
-                Found::Claimed => {
-                    claims.keys.push(g.row);
-                    misses.push(u);
+        let bytes = &mut st.bytes;
+        self.cache.lookup_many(
+            groups.len(),
+            |u| groups[u].row,
+            &mut s.by_shard,
+            |u, found, b| {
+                match found {
+                    Found::Hit => {
+                        stats.cache_hits += 1;
+                        copy_row(&mut bytes[u * rb..(u + 1) * rb], b)?;
+                    }
+                    Found::Claimed => {
+                        claims.keys.push(groups[u].row);
+                        misses.push(u);
+                    }
+                    Found::Busy => busy.push(u),
                 }
-                Found::Busy => busy.push(u),
-            }
-        }
+                Ok::<(), GatherError>(())
+            },
+        )?;
+        // Found shard by shard: back in row order, which `read_fill` and
+        // the claims' bookkeeping (filled in that order) go by.
+        claims.keys.sort_unstable();
+        misses.sort_unstable();
+        busy.sort_unstable();
         self.read_fill(t, &groups, &misses, Some(&mut st.bytes), &mut claims, stats)?;
         // Rows other gathers were reading: by now they are in, or their
         // reader gave up and the row is ours to read.
@@ -350,7 +384,7 @@ impl CachedReader {
             }
         }
         self.read_fill(t, &groups, &misses, Some(&mut st.bytes), &mut claims, stats)?;
-        put_groups(out, &s.order, &groups, &st.bytes, rb, &t.decoder)?;
+        put_groups(out, &s.order, &groups, &st.bytes, rb, &t.decoder, &mut st.ordered)?;
         Ok(())
     }
 

@@ -178,6 +178,9 @@ pub(super) struct Scratch {
     pub(super) repeats: super::order::Repeats,
     /// Distinct rows, ascending.
     pub(super) uniq: Vec<u64>,
+    /// The row cache's lookups grouped by shard
+    /// ([`crate::cache::RowCache::lookup_many`]).
+    pub(super) by_shard: Vec<usize>,
     /// Every part of every distinct row (slot `u * parts + part` for
     /// distinct row `u`), sorted by file and offset.
     extents: Vec<BatchExtent>,

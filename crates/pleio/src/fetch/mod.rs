@@ -469,6 +469,9 @@ struct Staged {
     bytes: Vec<u8>,
     /// Request index of each staged row (`auto`).
     slots: Vec<usize>,
+    /// Distinct rows' bytes put back in request order, to be decoded as
+    /// one batch (`cached`, `redis`: [`cached::put_groups`]).
+    ordered: Vec<u8>,
 }
 
 /// Staging kept between gathers up to this size; larger is freed after use.
@@ -483,7 +486,7 @@ fn with_staged<R>(f: impl FnOnce(&mut Staged) -> R) -> R {
     STAGED.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => {
             let r = f(&mut s);
-            if s.bytes.capacity() > STAGED_KEEP {
+            if s.bytes.capacity().max(s.ordered.capacity()) > STAGED_KEEP {
                 *s = Staged::default();
             }
             r

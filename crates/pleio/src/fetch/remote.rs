@@ -30,7 +30,7 @@ impl Table {
                 })?;
                 stats.read_bytes += bytes;
                 stats.backend = Some("redis");
-                put_groups(out, &s.order, &groups, &st.bytes, rb, &self.decoder)?;
+                put_groups(out, &s.order, &groups, &st.bytes, rb, &self.decoder, &mut st.ordered)?;
                 Ok(())
             })
         })
