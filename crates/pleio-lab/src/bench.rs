@@ -963,9 +963,15 @@ impl Bench {
         if self.remote.is_some() {
             lanes.extend(REMOTE_LANES);
         }
-        // Attach (or make) the machine-wide cache before anything is
-        // timed: its setup is once per process, not per gather.
-        for &lane in lanes.iter().filter(|l| l.strategy == Strategy::Shared) {
+        // Make the row cache (`cached`) and attach (or make) the
+        // machine-wide cache (`shared`) before anything is timed: a process
+        // sets them up once, not per gather (the row cache's first gather
+        // maps its shards' arrays and sets up its ring: milliseconds, which
+        // fell in the arm's first cold batch and moved its mean).
+        for &lane in lanes
+            .iter()
+            .filter(|l| matches!(l.strategy, Strategy::Shared | Strategy::Cached))
+        {
             let table = self.table_of(lane);
             let mut out = OutBuf::new(table, cfg.dtype, 1)?;
             out.gather(table, lane.strategy, &[0])
