@@ -2,16 +2,19 @@
 //! by `O_DIRECT` reads, so neither the cache nor the page cache grows past
 //! what the caller allowed.
 //!
-//! A gather sorts and deduplicates its ids and looks each distinct row up
-//! in the [`RowCache`]: a hit is decoded from the cache's bytes (a row's
-//! stored bytes: its parts concatenated in part order); a miss is claimed,
-//! and all claimed rows are read together into one of the cache's budgeted
-//! staging buffers, chunk by chunk, then decoded and stored. A chunk's
+//! A gather finds its distinct ids (a hash table, no sort) and looks them
+//! up in the [`RowCache`] ([`RowCache::lookup_many`]: shard by shard, the
+//! memory loads of a run of rows asked for together): a hit's bytes (a
+//! row's stored bytes: its parts concatenated in part order) are copied to
+//! its request slot; a miss is claimed, and all claimed rows are sorted
+//! and read together into one of the cache's budgeted staging buffers,
+//! chunk by chunk, then stored. A chunk's
 //! reads are the aligned blocks covering every part of every row (the
 //! coalescer's block mode, [`crate::coalesce`]: blocks of one region that
 //! touch merged into one read), laid out file by file
-//! and read through one private `O_DIRECT` io_uring per file the table's
-//! rows are in (a GGUF tensor: one; a checkpoint: each of its files). A
+//! and read in one batch of one private `O_DIRECT` io_uring over every
+//! file the table's rows are in. The staged rows, in request order, are
+//! written to the output in one copy or one decoder call. A
 //! row another gather is reading at that moment is waited for, not read
 //! twice. Every row's bytes are collected first (hits copied out of the
 //! cache under the shard's lock) and written to the output last, so a
