@@ -47,7 +47,8 @@ const MAX_SHARDS: usize = 64;
 
 /// Rows of one shard whose lookups are staged together
 /// ([`RowCache::lookup_many`]): enough to keep the CPU's line fill buffers
-/// busy, few enough that a run's lines stay in its caches.
+/// busy, few enough that a run's lines stay in its caches (16, 32 and 64
+/// measured the same: `warm_loop` of 1792 raw rows, GGUF and FP8).
 const LOOKUP_RUN: usize = 32;
 
 /// A shard gets at least this many slots before the cache is split further.
