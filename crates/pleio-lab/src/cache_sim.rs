@@ -5,10 +5,12 @@
 //! sized by [`Sizing::for_table`] from the same budget, table layout and
 //! read alignment as the `cached` strategy, and split over
 //! the same shards by [`pleio::cache::shard_of`]) and follows the `cached`
-//! strategy's order of work: per gather, the distinct rows ascending are
-//! looked up (a hit counts for the policy), then the missing ones are
-//! inserted in the same order. So its hit rate is the one a single-threaded
-//! replay through `cached` gets, at a tiny fraction of the time.
+//! strategy's order of work: per gather, the distinct rows are looked up
+//! in the order they first appear (a hit counts for the policy; the cache
+//! goes shard by shard, but each shard's bookkeeping sees its rows in that
+//! order), then the missing ones are inserted ascending (the order they are
+//! read in). So its hit rate is the one a single-threaded replay through
+//! `cached` gets, at a tiny fraction of the time.
 
 use std::path::Path;
 
@@ -107,22 +109,23 @@ pub fn simulate<'a>(
         hits: 0,
         evictions: 0,
     };
-    let mut distinct = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut missing = Vec::new();
     for rows in gathers {
-        distinct.clear();
-        distinct.extend_from_slice(rows);
-        distinct.sort_unstable();
-        distinct.dedup();
+        seen.clear();
         missing.clear();
-        for &row in &distinct {
+        for &row in rows {
+            if !seen.insert(row) {
+                continue;
+            }
             if cache.shard(row).get(row).is_some() {
                 r.hits += 1;
             } else {
                 missing.push(row);
             }
         }
-        r.lookups += distinct.len() as u64;
+        r.lookups += seen.len() as u64;
+        missing.sort_unstable();
         for &row in &missing {
             if let Some(p) = cache.shard(row).insert(row) {
                 r.evictions += u64::from(p.evicted.is_some());
