@@ -226,7 +226,7 @@ impl Prefetcher {
             Err(e) => ready = Some(Err(LookaheadError::Spawn(e))),
         }
         Prefetch {
-            rx,
+            rx: Some(rx),
             cancelled,
             shared: self.shared.clone(),
             ready,
@@ -447,7 +447,8 @@ impl Prefetched {
 /// in progress finishes and is discarded.
 #[derive(Debug)]
 pub struct Prefetch {
-    rx: Receiver<Outcome>,
+    /// The worker's reply; `None` only while dropping (see the `Drop`).
+    rx: Option<Receiver<Outcome>>,
     cancelled: Arc<AtomicBool>,
     shared: Arc<Shared>,
     ready: Option<Result<Outcome, LookaheadError>>,
@@ -463,7 +464,10 @@ impl Prefetch {
             self.forked();
         }
         if self.ready.is_none() {
-            self.ready = match self.rx.try_recv() {
+            let Some(rx) = &self.rx else {
+                return false;
+            };
+            self.ready = match rx.try_recv() {
                 Ok(o) => Some(Ok(o)),
                 Err(TryRecvError::Empty) => None,
                 Err(TryRecvError::Disconnected) => Some(Err(LookaheadError::WorkerGone)),
@@ -484,7 +488,11 @@ impl Prefetch {
         let t = Instant::now();
         let got = match self.ready.take() {
             Some(r) => r,
-            None => self.rx.recv().map_err(|_| LookaheadError::WorkerGone),
+            None => self
+                .rx
+                .as_ref()
+                .ok_or(LookaheadError::WorkerGone)
+                .and_then(|rx| rx.recv().map_err(|_| LookaheadError::WorkerGone)),
         };
         let mut p = got??;
         p.waited = t.elapsed();
@@ -557,5 +565,13 @@ impl Prefetch {
 impl Drop for Prefetch {
     fn drop(&mut self) {
         self.cancelled.store(true, Ordering::Release);
+        // In a forked child the channel may be in the middle of a send by
+        // the parent's worker, a thread the child does not have: dropping
+        // the receiver waits for that send to finish, forever (a child's
+        // `wait` on its parent's batch hung spinning in
+        // `discard_all_messages`). There it is leaked instead.
+        if crate::sys::pid() != self.pid {
+            std::mem::forget(self.rx.take());
+        }
     }
 }
