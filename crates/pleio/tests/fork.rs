@@ -186,3 +186,58 @@ fn a_child_forked_while_the_worker_reads_for_the_row_cache_gathers() {
         }
     }
 }
+
+#[test]
+fn a_child_forked_while_the_worker_sends_its_reply_drops_the_batch() {
+    // The fork lands while the parent's lookahead worker may be in the
+    // middle of sending a batch's reply (fork copies a large address space
+    // over milliseconds while the worker runs on). A child that drops that
+    // batch must not wait for the send: the worker is not in the child.
+    // Dropping the reply channel there spun forever (1 run in 6 of the
+    // Python fork test, whose big process makes the fork's snapshot of the
+    // channel torn more often; this test alone did not catch that race in
+    // its runs without the fix). Here each child drops a batch of its
+    // parent's, forked at spread-out moments after the prefetch starts; a
+    // drop that waits for the parent's worker hangs a child and fails
+    // `wait_child`.
+    let fx = Fixture::qwen_on_disk(20_000, 23);
+    // A big dirty allocation makes each fork long, widening the window.
+    let ballast = vec![1u8; 256 << 20];
+    for strategy in [Strategy::Cached, Strategy::Auto] {
+        let t = fx.reader().with_strategy(strategy);
+        let l = t.lookahead().unwrap();
+        let ids: Vec<u64> = (0..256u64).map(|i| (i * 131 + 7) % 20_000).collect();
+        let want = fx.reference(&ids);
+        assert_eq!(l.prefetch(&ids).wait().unwrap().data, want);
+        for round in 0..40u32 {
+            let pending = l.prefetch(&ids);
+            let spin = Instant::now();
+            while spin.elapsed() < Duration::from_micros(u64::from(round % 10) * 20) {
+                std::hint::spin_loop();
+            }
+            // SAFETY: fork; the child only runs the code below and leaves
+            // with _exit, never returning into the test harness.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let _dog = watchdog("a child dropping its parent's batch");
+                    // `wait` in a child is the fork error; either way the
+                    // batch (and its channel) is dropped here.
+                    i32::from(pending.wait().is_ok())
+                }))
+                .unwrap_or(1);
+                // SAFETY: leaves the child without running the harness's exit.
+                unsafe { libc::_exit(code) };
+            }
+            assert_eq!(pending.wait().unwrap().data, want);
+            assert_eq!(
+                wait_child(pid),
+                Some(0),
+                "{} round {round}",
+                strategy.name()
+            );
+        }
+    }
+    assert_eq!(ballast[ballast.len() - 1], 1);
+}
