@@ -8,6 +8,7 @@ mod common;
 
 use common::{ok, p, pleio};
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -177,11 +178,18 @@ fn a_foreign_lock_on_the_output_directory_does_not_hang_writers() {
     // Any user's `flock` on the directory blocked every pleio writer.
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let mut holder = Command::new("flock")
-        .arg(d)
-        .args(["sleep", "600"])
-        .spawn()
-        .unwrap();
+    // `flock` runs `sleep` as its child: both are put in a group of their
+    // own and the group is killed, on a failed assert too (killing only
+    // `flock` left the `sleep` holding the test's output pipe for 10
+    // minutes).
+    let _holder = GroupKill(
+        Command::new("flock")
+            .arg(d)
+            .args(["sleep", "600"])
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
     // Let the holder take the lock.
     std::thread::sleep(Duration::from_millis(300));
     let f = synth(d, "2000");
@@ -197,8 +205,18 @@ fn a_foreign_lock_on_the_output_directory_does_not_hang_writers() {
         p(&ck),
     ]);
     assert!(ck.join("config.json").is_file());
-    let _ = Command::new("kill").arg(holder.id().to_string()).status();
-    let _ = holder.wait();
+}
+
+/// A child leading its own process group, whose whole group is killed and
+/// reaped on drop.
+struct GroupKill(std::process::Child);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let _ = self.0.wait();
+    }
 }
 
 #[test]
