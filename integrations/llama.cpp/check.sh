@@ -11,7 +11,8 @@
 #      bit for bit. The prompt goes in batches of BATCH tokens, which llama splits into ubatches
 #      of UBATCH, and the provider's lookahead is on (PLEIO_LOOKAHEAD, default 1): every ubatch's
 #      rows, prompt and decode, must come from the lookahead's background read
-#      (--expect-lookahead). Needs the pleio C ABI (the pleio-capi crate's libpleio_capi.a, see
+#      (--expect-lookahead). The provider's default strategy (cached) is checked, and the capture
+#      is repeated with PLEIO_STRATEGY=auto. Needs the pleio C ABI (the pleio-capi crate's libpleio_capi.a, see
 #      build.sh); without it check 2 is reported PENDING, never passed, and once the crate is in
 #      the workspace check 2 is required.
 #   3. the provider on the machine-wide shared cache: two drivers at once with
@@ -156,8 +157,15 @@ open(sys.argv[2], "w").write("".join(f"{r}\n" for tok in rows for r in tok))' "$
     say "$what check 2: the provider (PLEIO_TABLE=$model), batches of $BATCH, lookahead on"
     mkdir -p "$A/pleio"
     PLEIO_TABLE="$model" "$DRIVER_PLEIO" "${run[@]}" --batch "$BATCH" --capture "$A/pleio" --expect-op pleio \
-        --expect-lookahead
-    compare_capture "$A/pleio" "$what check 2 (pleio custom op, lookahead)"
+        --expect-lookahead --verbose 2>"$A/pleio.log" || { tail -20 "$A/pleio.log" >&2; fail "$what check 2: the provider run failed"; }
+    grep -q "pleio serves .* (strategy cached," "$A/pleio.log" \
+        || fail "$what check 2: the provider's default strategy is not cached ($(grep -m1 'pleio serves' "$A/pleio.log" || echo 'no "pleio serves" line'))"
+    compare_capture "$A/pleio" "$what check 2 (pleio custom op, lookahead, default strategy cached)"
+    # the strategy before cached became the default: same ids, same bytes
+    mkdir -p "$A/pleio-auto"
+    PLEIO_STRATEGY=auto PLEIO_TABLE="$model" "$DRIVER_PLEIO" "${run[@]}" --batch "$BATCH" --capture "$A/pleio-auto" \
+        --expect-op pleio --expect-lookahead
+    compare_capture "$A/pleio-auto" "$what check 2 (pleio custom op, lookahead, PLEIO_STRATEGY=auto)"
     say "$what check 2: logits of every position and $DECODE decode steps, stock and provider"
     "$DRIVER" "${run[@]}" --batch "$BATCH" --decode "$DECODE" --logits "$A/logits-stock.f32"
     PLEIO_TABLE="$model" "$DRIVER_PLEIO" "${run[@]}" --batch "$BATCH" --decode "$DECODE" --logits "$A/logits-pleio.f32" \
