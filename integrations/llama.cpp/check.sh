@@ -155,17 +155,18 @@ open(sys.argv[2], "w").write("".join(f"{r}\n" for tok in rows for r in tok))' "$
         return
     fi
     say "$what check 2: the provider (PLEIO_TABLE=$model), batches of $BATCH, lookahead on"
-    mkdir -p "$A/pleio"
-    PLEIO_TABLE="$model" "$DRIVER_PLEIO" "${run[@]}" --batch "$BATCH" --capture "$A/pleio" --expect-op pleio \
-        --expect-lookahead --verbose 2>"$A/pleio.log" || { tail -20 "$A/pleio.log" >&2; fail "$what check 2: the provider run failed"; }
-    grep -q "pleio serves .* (strategy cached," "$A/pleio.log" \
-        || fail "$what check 2: the provider's default strategy is not cached ($(grep -m1 'pleio serves' "$A/pleio.log" || echo 'no "pleio serves" line'))"
-    compare_capture "$A/pleio" "$what check 2 (pleio custom op, lookahead, default strategy cached)"
-    # the strategy before cached became the default: same ids, same bytes
-    mkdir -p "$A/pleio-auto"
-    PLEIO_STRATEGY=auto PLEIO_TABLE="$model" "$DRIVER_PLEIO" "${run[@]}" --batch "$BATCH" --capture "$A/pleio-auto" \
-        --expect-op pleio --expect-lookahead
-    compare_capture "$A/pleio-auto" "$what check 2 (pleio custom op, lookahead, PLEIO_STRATEGY=auto)"
+    # the default (which the provider's log line must name: cached), then the strategy before it
+    local s dir
+    for s in "" auto; do
+        dir="$A/pleio${s:+-$s}"
+        mkdir -p "$dir"
+        PLEIO_STRATEGY="$s" PLEIO_TABLE="$model" "$DRIVER_PLEIO" "${run[@]}" --batch "$BATCH" --capture "$dir" \
+            --expect-op pleio --expect-lookahead --verbose 2>"$dir.log" \
+            || { tail -20 "$dir.log" >&2; fail "$what check 2: the provider run failed (PLEIO_STRATEGY=$s)"; }
+        grep -q "pleio serves .* (strategy ${s:-cached}," "$dir.log" \
+            || fail "$what check 2: the provider did not serve with strategy ${s:-cached} ($(grep -m1 'pleio serves' "$dir.log" || echo 'no "pleio serves" line'))"
+        compare_capture "$dir" "$what check 2 (pleio custom op, lookahead, strategy ${s:-cached}${s:+ by PLEIO_STRATEGY})"
+    done
     say "$what check 2: logits of every position and $DECODE decode steps, stock and provider"
     "$DRIVER" "${run[@]}" --batch "$BATCH" --decode "$DECODE" --logits "$A/logits-stock.f32"
     PLEIO_TABLE="$model" "$DRIVER_PLEIO" "${run[@]}" --batch "$BATCH" --decode "$DECODE" --logits "$A/logits-pleio.f32" \
