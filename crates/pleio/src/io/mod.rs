@@ -235,6 +235,10 @@ impl FileEntry {
     }
 }
 
+/// Where an engine hands each complete op, with its index, in op order
+/// (see [`Reader::read_each`]); `None` when the caller waits for all.
+type Ready<'r> = Option<&'r mut dyn FnMut(usize, &Op<'_>)>;
+
 /// One request an engine performs: fill `buf` from `file` at `offset`; at
 /// least `want` bytes must arrive (the rest is `O_DIRECT` slack that may
 /// lie past the end of the file).

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use super::pool::Pool;
 use super::uring::{Guard, Ring};
-use super::{pread, FileEntry, IoError, Op, ReadStats};
+use super::{pread, FileEntry, IoError, Op, ReadStats, Ready};
 
 /// Scratch kept between calls up to this size; larger is freed after use.
 const SCRATCH_KEEP: usize = 16 << 20;
@@ -161,12 +161,21 @@ enum Runner<'r> {
 }
 
 impl Runner<'_> {
-    fn run(&mut self, ops: &mut [Op<'_>]) -> Result<ReadStats, IoError> {
-        match self {
-            Runner::Pread => pread::run(ops),
-            Runner::Pool(p) => p.run(ops),
-            Runner::Uring(r, g) => r.run(g, ops),
+    /// Runs `ops`, handing each to `ready` in order once complete: on the
+    /// ring as it completes (later ops still in flight), on the other
+    /// engines once all are.
+    fn run(&mut self, ops: &mut [Op<'_>], ready: Ready<'_>) -> Result<ReadStats, IoError> {
+        let stats = match self {
+            Runner::Pread => pread::run(ops)?,
+            Runner::Pool(p) => p.run(ops)?,
+            Runner::Uring(r, g) => return r.run(g, ops, ready),
+        };
+        if let Some(ready) = ready {
+            for (k, op) in ops.iter().enumerate() {
+                ready(k, op);
+            }
         }
+        Ok(stats)
     }
 }
 
@@ -266,6 +275,89 @@ impl Reader {
     /// touch merged into one request) into scratch of at most 32 MiB per
     /// round, and copied out.
     pub fn read(&self, reads: &[Read], staging: &mut [u8]) -> Result<ReadStats, IoError> {
+        let dsts = self.split(reads, staging)?;
+        let mut batch = Batch {
+            reader: self,
+            runner: None,
+            scratch: None,
+            own: AlignedBuf::default(),
+            stats: ReadStats::default(),
+        };
+        let result = batch.read(reads, dsts);
+        let stats = batch.stats;
+        batch.finish();
+        result.map(|()| stats)
+    }
+
+    /// Reads `reads` into `staging` as [`Reader::read`] does and hands each
+    /// read's bytes (`staging[r.dst..][..r.len]`) to `each` with its index,
+    /// every read once, in order. On io_uring, when every read lands in
+    /// place (buffered, or aligned for `O_DIRECT`), a read is handed over as
+    /// soon as it and every read before it are in, while later reads are
+    /// still in flight, so the caller's work on the first rows overlaps the
+    /// device's on the last; each such read is one request, however long.
+    /// Otherwise every read is handed over once the batch is in. On `Err`,
+    /// the reads handed over before it are complete and correct.
+    pub fn read_each(
+        &self,
+        reads: &[Read],
+        staging: &mut [u8],
+        each: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<ReadStats, IoError> {
+        let base = staging.as_ptr() as usize;
+        let streams = matches!(self.exec, Exec::Uring(_))
+            && reads.iter().all(|r| {
+                let a = self.files.get(r.file).map_or(1, |f| f.align);
+                r.len <= MAX_READ
+                    && (!self.cfg.direct
+                        || (r.offset.is_multiple_of(a as u64)
+                            && r.len.is_multiple_of(a)
+                            && base.wrapping_add(r.dst).is_multiple_of(a)))
+            });
+        if !streams {
+            let stats = self.read(reads, staging)?;
+            for (i, r) in reads.iter().enumerate() {
+                each(i, &staging[r.dst..r.dst + r.len]);
+            }
+            return Ok(stats);
+        }
+        let dsts = self.split(reads, staging)?;
+        let mut ops = Vec::with_capacity(reads.len());
+        // The read of each op (empty reads have none).
+        let mut of_op = Vec::with_capacity(reads.len());
+        for (i, (r, buf)) in reads.iter().zip(dsts).enumerate() {
+            if r.len > 0 {
+                ops.push(Op {
+                    file: &self.files[r.file],
+                    offset: r.offset,
+                    buf,
+                    want: r.need,
+                });
+                of_op.push(i);
+            }
+        }
+        // Reads handed over so far (a prefix; empty ones with the next).
+        let mut next = 0usize;
+        let stats = {
+            let mut ready = |k: usize, op: &Op<'_>| {
+                let i = of_op[k];
+                for e in next..i {
+                    each(e, &[]);
+                }
+                each(i, &op.buf[..]);
+                next = i + 1;
+            };
+            self.runner()?.run(&mut ops, Some(&mut ready))?
+        };
+        for e in next..reads.len() {
+            each(e, &[]);
+        }
+        Ok(stats)
+    }
+
+    /// Checks `reads` against the files and `staging` (see
+    /// [`Reader::read`]) and splits each one's destination off `staging`.
+    fn split<'s>(&self, reads: &[Read], staging: &'s mut [u8]) -> Result<Vec<&'s mut [u8]>, IoError> {
         let mut end = 0usize;
         for (index, r) in reads.iter().enumerate() {
             let bad = |reason: String| IoError::BadRead { index, reason };
@@ -299,7 +391,7 @@ impl Reader {
                 got: staging.len(),
             });
         }
-        // Each read's destination, split off staging (no unsafe code).
+        // No unsafe code: each destination is split off the rest.
         let mut dsts = Vec::with_capacity(reads.len());
         let mut rest = staging;
         let mut base = 0usize;
@@ -310,17 +402,7 @@ impl Reader {
             base = r.dst + r.len;
             dsts.push(dst);
         }
-        let mut batch = Batch {
-            reader: self,
-            runner: None,
-            scratch: None,
-            own: AlignedBuf::default(),
-            stats: ReadStats::default(),
-        };
-        let result = batch.read(reads, dsts);
-        let stats = batch.stats;
-        batch.finish();
-        result.map(|()| stats)
+        Ok(dsts)
     }
 
     /// The device floor's reads: each extent `(k, range)` of file `k` as
@@ -537,7 +619,7 @@ impl<'r> Batch<'r> {
             ops.push(op);
         }
         if covers.is_empty() {
-            self.stats.add(runner.run(&mut ops)?);
+            self.stats.add(runner.run(&mut ops, None)?);
             return Ok(());
         }
         if self.scratch.is_none() {
@@ -552,7 +634,7 @@ impl<'r> Batch<'r> {
             rest = tail;
             push_reads(&mut ops, f, buf, c.start, c.need_end, reader.max_request(f));
         }
-        let stats = runner.run(&mut ops);
+        let stats = runner.run(&mut ops, None);
         drop(ops);
         self.stats.add(stats?);
         let src = scratch.get(scratch_len, align.max(4096));

@@ -28,7 +28,7 @@ use std::sync::{Mutex, MutexGuard};
 use io_uring::{opcode, types, IoUring};
 
 use super::process::PerProcess;
-use super::{IoError, Op, ReadStats};
+use super::{IoError, Op, ReadStats, Ready};
 
 /// A ring locked for one batch ([`Ring::lock`]).
 pub(super) type Guard<'a> = MutexGuard<'a, IoUring>;
@@ -74,9 +74,16 @@ impl Ring {
         Ok(ring.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Runs `ops` on `ring` (this ring, locked) at its queue depth.
-    pub(super) fn run(&self, ring: &mut Guard<'_>, ops: &mut [Op<'_>]) -> Result<ReadStats, IoError> {
-        run_ops(ring, ops, self.queue_depth.clamp(1, MAX_QD) as usize)
+    /// Runs `ops` on `ring` (this ring, locked) at its queue depth, handing
+    /// each op to `ready` (with its index) in order, as soon as it and every
+    /// op before it are complete, while later ops are still in flight.
+    pub(super) fn run(
+        &self,
+        ring: &mut Guard<'_>,
+        ops: &mut [Op<'_>],
+        ready: Ready<'_>,
+    ) -> Result<ReadStats, IoError> {
+        run_ops(ring, ops, self.queue_depth.clamp(1, MAX_QD) as usize, ready)
     }
 }
 
@@ -123,7 +130,11 @@ fn probe_ring(queue_depth: u32) -> Result<IoUring, IoError> {
 /// Run `ops` on `ring` with up to `queue_depth` in flight, refilling as
 /// completions arrive and resubmitting short reads for the remainder. A
 /// short read that stops off its file's `O_DIRECT` alignment has hit the
-/// end of the file.
+/// end of the file. Once op `i` and every op before it are complete, and
+/// nothing has failed, op `i` is handed to `ready`, while later ops are
+/// still in flight (a complete op is never submitted again, and the shared
+/// borrow `ready` gets touches only its buffer, which no read in flight
+/// overlaps).
 ///
 /// This is the only place buffer addresses are handed to the kernel. Its
 /// safety rests on two facts: every `buf` is exclusively borrowed for the
@@ -133,6 +144,7 @@ fn run_ops(
     ring: &mut IoUring,
     ops: &mut [Op<'_>],
     queue_depth: usize,
+    mut ready: Ready<'_>,
 ) -> Result<ReadStats, IoError> {
     // Raw destinations taken once up front; the `&mut` borrows in `ops` stay
     // alive (unused) until we return, so nothing else can touch the bytes.
@@ -144,10 +156,21 @@ fn run_ops(
     let mut stats = ReadStats::default();
     let mut retry: Vec<usize> = Vec::new();
     let mut next = 0usize;
+    // Ops handed to `ready` so far (a prefix).
+    let mut delivered = 0usize;
     let mut failed: Option<IoError> = None;
     let mut ring = Drain { ring, in_flight: 0 };
     let capacity = queue_depth.min(ring.ring.params().sq_entries() as usize);
 
+    // Hands the complete prefix of `ops` past `delivered` to `ready`.
+    let deliver = |ready: &mut Ready<'_>, delivered: &mut usize, upto: usize, ops: &[Op<'_>], done: &[usize]| {
+        if let Some(ready) = ready.as_deref_mut() {
+            while *delivered < upto && done[*delivered] >= ops[*delivered].want {
+                ready(*delivered, &ops[*delivered]);
+                *delivered += 1;
+            }
+        }
+    };
     loop {
         {
             let mut sq = ring.ring.submission();
@@ -191,6 +214,16 @@ fn run_ops(
         if ring.in_flight == 0 {
             break;
         }
+        if failed.is_none()
+            && ready.is_some()
+            && delivered < next
+            && done[delivered] >= ops[delivered].want
+        {
+            // Start the reads just queued before handing out the complete
+            // ones; a failed submit is retried and reported just below.
+            let _ = ring.ring.submit();
+            deliver(&mut ready, &mut delivered, next, ops, &done);
+        }
         if let Err(e) = ring.submit_and_wait_one() {
             failed.get_or_insert(IoError::Os {
                 what: "io_uring submit",
@@ -232,7 +265,10 @@ fn run_ops(
     }
     match failed {
         Some(e) => Err(e),
-        None => Ok(stats),
+        None => {
+            deliver(&mut ready, &mut delivered, ops.len(), ops, &done);
+            Ok(stats)
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::io;
 
-use super::{IoError, Op, ReadStats};
+use super::{IoError, Op, ReadStats, Ready};
 
 /// Uninhabited on this OS: [`Ring::new`] always fails.
 #[derive(Debug)]
@@ -38,7 +38,12 @@ impl Ring {
     }
 
     /// Never called (no value exists).
-    pub(super) fn run(&self, _ring: &mut Guard<'_>, _ops: &mut [Op<'_>]) -> Result<ReadStats, IoError> {
+    pub(super) fn run(
+        &self,
+        _ring: &mut Guard<'_>,
+        _ops: &mut [Op<'_>],
+        _ready: Ready<'_>,
+    ) -> Result<ReadStats, IoError> {
         match *self {}
     }
 }
