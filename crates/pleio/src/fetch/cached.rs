@@ -8,7 +8,10 @@
 //! row's stored bytes: its parts concatenated in part order) are copied to
 //! its request slot; a miss is claimed, and all claimed rows are sorted
 //! and read together into one of the cache's budgeted staging buffers,
-//! chunk by chunk, then stored. A chunk's
+//! chunk by chunk, each row copied out and stored as soon as the read
+//! holding it is in, while the chunk's later reads are still in flight
+//! ([`Reader::read_each`]; a row of several parts, a checkpoint's, once
+//! the chunk is in). A chunk's
 //! reads are the aligned blocks covering every part of every row (the
 //! coalescer's block mode, [`crate::coalesce`]: blocks of one region that
 //! touch merged into one read), laid out file by file
@@ -673,9 +676,27 @@ impl FileMisses {
                     ),
                 });
             }
-            self.read_plan(backend, t, &plan, buf, stats)?;
-            for j in 0..n {
-                let at = &plan.at()[j * part_len.len()..(j + 1) * part_len.len()];
+            // Rows of one part each, in staging order, are handed over as
+            // the read holding them comes in, while later reads are still in
+            // flight; the rest once the chunk is in.
+            let at = plan.at();
+            let stream = match part_len[..] {
+                [_] => at.windows(2).all(|w| w[0] <= w[1]),
+                _ => false,
+            };
+            let mut j = 0;
+            self.read_plan(backend, t, &plan, buf, stats, &mut |dst, bytes, stats| {
+                while stream && j < n {
+                    let part = at[j]
+                        .checked_sub(dst)
+                        .and_then(|a| bytes.get(a..a + part_len[0]));
+                    let Some(part) = part else { break };
+                    each(next + j, part, stats);
+                    j += 1;
+                }
+            })?;
+            for j in j..n {
+                let at = &at[j * part_len.len()..(j + 1) * part_len.len()];
                 let bytes = if let [len] = part_len[..] {
                     &buf[at[0]..at[0] + len]
                 } else {
@@ -694,7 +715,9 @@ impl FileMisses {
 
     /// Reads a planned chunk into `buf`: every file's extents, back to
     /// back, in one batch of the reader (all in flight at its queue depth,
-    /// whatever file they are in).
+    /// whatever file they are in), handing each extent's bytes to `each`
+    /// with where they are in `buf`, in order, as they come in
+    /// ([`Reader::read_each`]).
     fn read_plan(
         &self,
         backend: &'static str,
@@ -702,6 +725,7 @@ impl FileMisses {
         plan: &ChunkPlan,
         buf: &mut [u8],
         stats: &mut GatherStats,
+        each: &mut dyn FnMut(usize, &[u8], &mut GatherStats),
     ) -> Result<(), GatherError> {
         let mut reads = Vec::with_capacity(plan.extents.len());
         let mut base = 0usize;
@@ -726,7 +750,9 @@ impl FileMisses {
         }
         let r = &self.reader.reader;
         let io = r
-            .read(&reads, &mut buf[..base])
+            .read_each(&reads, &mut buf[..base], &mut |i, bytes| {
+                each(reads[i].dst, bytes, stats)
+            })
             .map_err(|e| read_error(r, e))?;
         stats.read_requests += io.requests;
         stats.read_bytes += io.bytes;
