@@ -19,7 +19,7 @@
 #                touched, threads started) whatever the table does
 #
 #   bash integrations/llama.cpp/speed.sh [--arch qwen4exp] [--rows 48M] [--layers 42] [--tokens 8192] [--ubatch 512] [--decode 32]
-#                                        [--runs 5] [--threads 2] [--strategies auto]
+#                                        [--runs 5] [--threads 2] [--strategies cached]
 #                                        [--report FILE]
 #
 # After each prefill, --decode N greedy decode steps (one token per llama_decode), timed apart.
@@ -44,7 +44,7 @@ N_TOKENS=8192
 UBATCH=512
 RUNS=5
 THREADS=2
-STRATEGIES=auto
+STRATEGIES=cached
 DECODE=32
 REPORT=
 COMMAND="bash integrations/llama.cpp/speed.sh $*"
