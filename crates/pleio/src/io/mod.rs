@@ -224,6 +224,15 @@ impl FileEntry {
         }
     }
 
+    /// Whether a read of `len` bytes at `offset` into memory at `addr`
+    /// lands in place: always when buffered; with `O_DIRECT` when all
+    /// three are multiples of the file's alignment.
+    fn in_place(&self, offset: u64, len: usize, addr: usize, direct: bool) -> bool {
+        let a = self.align;
+        !direct
+            || (offset.is_multiple_of(a as u64) && len.is_multiple_of(a) && addr.is_multiple_of(a))
+    }
+
     /// A failed read of `len` bytes at `offset`.
     fn failed(&self, offset: u64, len: usize, error: io::Error) -> IoError {
         IoError::Read {
@@ -235,7 +244,7 @@ impl FileEntry {
     }
 }
 
-/// Where an engine hands each complete op, with its index, in op order
+/// Where the ring hands each complete op, with its index, in op order
 /// (see [`Reader::read_each`]); `None` when the caller waits for all.
 type Ready<'r> = Option<&'r mut dyn FnMut(usize, &Op<'_>)>;
 

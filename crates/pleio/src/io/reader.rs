@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use super::pool::Pool;
 use super::uring::{Guard, Ring};
-use super::{pread, FileEntry, IoError, Op, ReadStats, Ready};
+use super::{pread, FileEntry, IoError, Op, ReadStats};
 
 /// Scratch kept between calls up to this size; larger is freed after use.
 const SCRATCH_KEEP: usize = 16 << 20;
@@ -161,21 +161,13 @@ enum Runner<'r> {
 }
 
 impl Runner<'_> {
-    /// Runs `ops`, handing each to `ready` in order once complete: on the
-    /// ring as it completes (later ops still in flight), on the other
-    /// engines once all are.
-    fn run(&mut self, ops: &mut [Op<'_>], ready: Ready<'_>) -> Result<ReadStats, IoError> {
-        let stats = match self {
-            Runner::Pread => pread::run(ops)?,
-            Runner::Pool(p) => p.run(ops)?,
-            Runner::Uring(r, g) => return r.run(g, ops, ready),
-        };
-        if let Some(ready) = ready {
-            for (k, op) in ops.iter().enumerate() {
-                ready(k, op);
-            }
+    /// Runs `ops` until every one is complete.
+    fn run(&mut self, ops: &mut [Op<'_>]) -> Result<ReadStats, IoError> {
+        match self {
+            Runner::Pread => pread::run(ops),
+            Runner::Pool(p) => p.run(ops),
+            Runner::Uring(r, g) => r.run(g, ops, None),
         }
-        Ok(stats)
     }
 }
 
@@ -305,22 +297,22 @@ impl Reader {
         each: &mut dyn FnMut(usize, &[u8]),
     ) -> Result<ReadStats, IoError> {
         let base = staging.as_ptr() as usize;
-        let streams = matches!(self.exec, Exec::Uring(_))
-            && reads.iter().all(|r| {
-                let a = self.files.get(r.file).map_or(1, |f| f.align);
-                r.len <= MAX_READ
-                    && (!self.cfg.direct
-                        || (r.offset.is_multiple_of(a as u64)
-                            && r.len.is_multiple_of(a)
-                            && base.wrapping_add(r.dst).is_multiple_of(a)))
-            });
-        if !streams {
-            let stats = self.read(reads, staging)?;
-            for (i, r) in reads.iter().enumerate() {
-                each(i, &staging[r.dst..r.dst + r.len]);
+        let in_place = reads.iter().all(|r| {
+            r.len <= MAX_READ
+                && self.files.get(r.file).is_some_and(|f| {
+                    f.in_place(r.offset, r.len, base.wrapping_add(r.dst), self.cfg.direct)
+                })
+        });
+        let ring = match &self.exec {
+            Exec::Uring(ring) if in_place => ring,
+            _ => {
+                let stats = self.read(reads, staging)?;
+                for (i, r) in reads.iter().enumerate() {
+                    each(i, &staging[r.dst..r.dst + r.len]);
+                }
+                return Ok(stats);
             }
-            return Ok(stats);
-        }
+        };
         let dsts = self.split(reads, staging)?;
         let mut ops = Vec::with_capacity(reads.len());
         // The read of each op (empty reads have none).
@@ -347,7 +339,7 @@ impl Reader {
                 each(i, &op.buf[..]);
                 next = i + 1;
             };
-            self.runner()?.run(&mut ops, Some(&mut ready))?
+            ring.run(&mut ring.lock()?, &mut ops, Some(&mut ready))?
         };
         for e in next..reads.len() {
             each(e, &[]);
@@ -548,11 +540,7 @@ impl<'r> Batch<'r> {
             let f = &reader.files[r.file];
             let a = f.align;
             let need_end = r.offset + r.need as u64;
-            if !direct
-                || (r.offset.is_multiple_of(a as u64)
-                    && r.len.is_multiple_of(a)
-                    && (dst.as_ptr() as usize).is_multiple_of(a))
-            {
+            if f.in_place(r.offset, r.len, dst.as_ptr() as usize, direct) {
                 push_reads(
                     &mut in_place,
                     f,
@@ -619,7 +607,7 @@ impl<'r> Batch<'r> {
             ops.push(op);
         }
         if covers.is_empty() {
-            self.stats.add(runner.run(&mut ops, None)?);
+            self.stats.add(runner.run(&mut ops)?);
             return Ok(());
         }
         if self.scratch.is_none() {
@@ -634,7 +622,7 @@ impl<'r> Batch<'r> {
             rest = tail;
             push_reads(&mut ops, f, buf, c.start, c.need_end, reader.max_request(f));
         }
-        let stats = runner.run(&mut ops, None);
+        let stats = runner.run(&mut ops);
         drop(ops);
         self.stats.add(stats?);
         let src = scratch.get(scratch_len, align.max(4096));
