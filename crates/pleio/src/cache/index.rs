@@ -96,8 +96,10 @@ impl Index {
         }
     }
 
+    /// The bucket `key`'s probe run starts at (valid until the index
+    /// next changes).
     #[inline]
-    fn home(&self, key: u64) -> usize {
+    pub(crate) fn home(&self, key: u64) -> usize {
         // The top 32 bits of the hash scaled to the table size (no power
         // of two needed).
         (((mix(key) >> 32) * self.buckets.len() as u64) >> 32) as usize
@@ -115,7 +117,13 @@ impl Index {
     /// The slot of `key`, if present.
     #[inline]
     pub(crate) fn get(&self, key: u64, keys: &[u64]) -> Option<u32> {
-        let mut i = self.home(key);
+        self.get_from(self.home(key), key, keys)
+    }
+
+    /// The slot of `key`, whose [`Index::home`] is `home`, if present.
+    #[inline]
+    pub(crate) fn get_from(&self, home: usize, key: u64, keys: &[u64]) -> Option<u32> {
+        let mut i = home;
         loop {
             let s = self.buckets[i];
             if s == EMPTY {
@@ -128,22 +136,23 @@ impl Index {
         }
     }
 
-    /// Asks memory for `key`'s home bucket (a software prefetch; see
+    /// Asks memory for bucket `home` (a software prefetch; see
     /// [`crate::sys::prefetch_lines`]).
     #[inline]
-    pub(crate) fn prefetch_home(&self, key: u64) {
-        let b = &self.buckets[self.home(key)];
-        crate::sys::prefetch_lines((b as *const u32).cast(), 4, 1);
+    pub(crate) fn prefetch_home(&self, home: usize) {
+        if let Some(b) = self.buckets.get(home) {
+            crate::sys::prefetch_lines((b as *const u32).cast(), 4, 1);
+        }
     }
 
-    /// Asks memory for the keys of the slots in `key`'s probe run (its
-    /// buckets read, so best after [`Index::prefetch_home`]), at most
-    /// `max` of them.
+    /// Asks memory for the keys of the slots in the probe run starting at
+    /// bucket `home` (its buckets read, so best after
+    /// [`Index::prefetch_home`]), at most `max` of them.
     #[inline]
-    pub(crate) fn prefetch_run_keys(&self, key: u64, keys: &[u64], max: usize) {
-        let mut i = self.home(key);
+    pub(crate) fn prefetch_run_keys(&self, home: usize, keys: &[u64], max: usize) {
+        let mut i = home;
         for _ in 0..max {
-            let s = self.buckets[i];
+            let Some(&s) = self.buckets.get(i) else { return };
             if s == EMPTY {
                 return;
             }

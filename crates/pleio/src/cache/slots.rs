@@ -58,27 +58,43 @@ impl Slots {
         self.index.get(row, &self.keys)
     }
 
-    /// Asks memory for `row`'s index bucket: the first of three stages
-    /// that let a batch's lookups wait for memory together, not one after
-    /// another ([`crate::cache::RowCache::lookup_many`]).
+    /// Where `row`'s lookup starts: the first of four stages that let a
+    /// batch's lookups wait for memory together, not one after another
+    /// ([`crate::cache::RowCache::lookup_many`]). Valid until the slots
+    /// next change.
     #[inline]
-    pub(crate) fn prefetch_bucket(&self, row: u64) {
-        self.index.prefetch_home(row);
+    pub(crate) fn home(&self, row: u64) -> usize {
+        self.index.home(row)
     }
 
-    /// The second stage: asks memory for the keys `row`'s bucket run names.
+    /// The second stage: asks memory for the index bucket at `home`.
     #[inline]
-    pub(crate) fn prefetch_keys(&self, row: u64) {
-        self.index.prefetch_run_keys(row, &self.keys, 4);
+    pub(crate) fn prefetch_bucket(&self, home: usize) {
+        self.index.prefetch_home(home);
     }
 
-    /// The third stage: `row`'s slot, as [`Slots::peek`], with its
-    /// eviction-order entry asked of memory.
+    /// The third stage: asks memory for the keys the bucket run at `home`
+    /// names.
     #[inline]
-    pub(crate) fn peek_prefetch(&self, row: u64) -> Option<u32> {
-        let slot = self.peek(row)?;
+    pub(crate) fn prefetch_keys(&self, home: usize) {
+        self.index.prefetch_run_keys(home, &self.keys, 4);
+    }
+
+    /// The fourth stage: the slot of `row` (whose [`Slots::home`] is
+    /// `home`), as [`Slots::peek`], with its eviction-order entry asked of
+    /// memory; count the hit with [`Slots::hit`].
+    #[inline]
+    pub(crate) fn find_prefetch(&self, home: usize, row: u64) -> Option<u32> {
+        let slot = self.index.get_from(home, row, &self.keys)?;
         self.order.prefetch_hit(slot);
         Some(slot)
+    }
+
+    /// Counts a hit on `slot` (found by [`Slots::find_prefetch`]) for the
+    /// eviction order.
+    #[inline]
+    pub(crate) fn hit(&mut self, slot: u32) {
+        self.order.hit(slot);
     }
 
     /// Puts `row` (not present) in a free slot, or evicts a row to make
