@@ -452,8 +452,17 @@ mod avx2 {
         wide: impl Fn(__m128i) -> __m256,
         one: impl Fn(u16) -> f32,
     ) {
-        let mut s = src.chunks_exact(16);
-        let mut y = dst.chunks_exact_mut(8);
+        // 32 elements an iteration: one bounds check for four stores
+        let mut s4 = src.chunks_exact(64);
+        let mut y4 = dst.chunks_exact_mut(32);
+        for (b, y) in (&mut s4).zip(&mut y4) {
+            store8(y, 0, wide(load16(b, 0)));
+            store8(y, 8, wide(load16(b, 16)));
+            store8(y, 16, wide(load16(b, 32)));
+            store8(y, 24, wide(load16(b, 48)));
+        }
+        let mut s = s4.remainder().chunks_exact(16);
+        let mut y = y4.into_remainder().chunks_exact_mut(8);
         for (b, y) in (&mut s).zip(&mut y) {
             store8(y, 0, wide(load16(b, 0)));
         }
@@ -717,18 +726,20 @@ mod tests {
 
     #[test]
     fn bf16_matches_scalar() {
-        // Every bf16 bit pattern, then lengths that leave a scalar tail.
+        // Every bf16 bit pattern, then lengths that end in each loop: 32, 8
+        // and 1 elements a step.
         let all: Vec<u8> = (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect();
-        for len in [65536, 65535, 7, 1, 0] {
+        for len in [65536, 65535, 40, 23, 7, 1, 0] {
             check_words(GgmlType::BF16, &all[..2 * len]);
         }
     }
 
     #[test]
     fn f16_matches_scalar() {
-        // Every half bit pattern (NaN payloads included), then tails.
+        // Every half bit pattern (NaN payloads included), then tails (as
+        // for bf16).
         let all: Vec<u8> = (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect();
-        for len in [65536, 65535, 7, 1, 0] {
+        for len in [65536, 65535, 40, 23, 7, 1, 0] {
             check_words(GgmlType::F16, &all[..2 * len]);
         }
     }
