@@ -271,7 +271,7 @@ def load(path):
 
 
 def made_by(path, rep):
-    """The line under a table: the command, commit, date, duration and load of its report."""
+    """The line under a table: the command, commit, date, duration, CPU and load of its report."""
     run, m = rep["run"], rep["machine"]
     # a binary's path as the pages' commands name it
     argv = ["pleio" if i == 0 and a.endswith("/pleio") else
@@ -282,8 +282,11 @@ def made_by(path, rep):
     load = lambda l: f"{l[0]:.1f}" if l else "unknown"
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(run["started_unix"]))
     env = [f"{k}={shlex.quote(v)}" for k, v in sorted(run.get("env", {}).items())]
+    # the CPU's name: the pages' figures come from more than one machine (an Intel Xeon with
+    # AVX-512, an AMD EPYC with AVX2 only)
+    cpu = f" ({m['cpu']})" if m.get("cpu") else ""
     return (f"<sub>Made by `{' '.join(env + [shlex.join(argv)])}` at commit {run['commit'][:10]}{'-dirty' if run['commit'].endswith('-dirty') else ''}, "
-            f"{when}, {run['seconds']:.0f} s, release build, {m['cpus']} CPUs; load average "
+            f"{when}, {run['seconds']:.0f} s, release build, {m['cpus']} CPUs{cpu}; load average "
             f"{load(run['load_start'])} at the start and {load(run['load_end'])} at the end "
             f"(report `{Path(path).as_posix()}`).</sub>")
 
