@@ -9,7 +9,8 @@ report envelope); a script that writes a report calls `start()` first and
     machine: {"cpu", "cpus", "mem_bytes", "kernel", "page_bytes"}
 
 `commit` is `git rev-parse HEAD` of this checkout, with `-dirty` when a
-tracked file differs from it; the loads are /proc/loadavg's 1-, 5- and
+tracked file outside `docs/` differs from it (the reports being re-made
+and the pages are not what ran); the loads are /proc/loadavg's 1-, 5- and
 15-minute averages.
 
 As a command it wraps another one whose standard output is JSON, JSON
@@ -48,7 +49,8 @@ def commit():
         return r.stdout.strip() if r.returncode == 0 else None
 
     head = git("rev-parse", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no")
+    # docs/ (the reports being re-made, the pages) is not what a figure runs
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs")
     return head + ("-dirty" if dirty else "")
 
 
