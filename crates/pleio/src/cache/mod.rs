@@ -265,6 +265,25 @@ struct ShardState {
     in_flight: RowSet,
 }
 
+impl ShardState {
+    /// The bytes of a held `slot` (rows of `rb` bytes).
+    #[inline]
+    fn bytes(&self, rb: usize, slot: u32) -> &[u8] {
+        &self.data[slot as usize * rb..][..rb]
+    }
+
+    /// Claims `row`, not held, for the caller to read and fill:
+    /// [`Found::Claimed`], or [`Found::Busy`] if another gather has.
+    #[inline]
+    fn claim(&mut self, row: u64) -> Found {
+        if self.in_flight.insert(row) {
+            Found::Claimed
+        } else {
+            Found::Busy
+        }
+    }
+}
+
 struct Shard {
     state: Mutex<ShardState>,
     filled: Condvar,
@@ -421,30 +440,22 @@ impl RowCache {
                 }
                 for ((s, &h), &i) in slot.iter_mut().zip(&home).zip(run) {
                     *s = st.slots.find_prefetch(h, row(i));
-                    if let Some(b) = s.and_then(|s| Self::bytes_of(&st.data, rb, s)) {
-                        crate::sys::prefetch_lines(b.as_ptr(), rb, 4);
+                    if let Some(s) = *s {
+                        crate::sys::prefetch_lines(st.bytes(rb, s).as_ptr(), rb, 4);
                     }
                 }
                 for (&s, &i) in slot.iter().zip(run) {
                     match s {
                         Some(s) => {
                             st.slots.hit(s);
-                            f(i, Found::Hit, &st.data[s as usize * rb..][..rb])?;
+                            f(i, Found::Hit, st.bytes(rb, s))?;
                         }
-                        None if st.in_flight.insert(row(i)) => f(i, Found::Claimed, &[])?,
-                        None => f(i, Found::Busy, &[])?,
+                        None => f(i, st.claim(row(i)), &[])?,
                     }
                 }
             }
         }
         Ok(())
-    }
-
-    /// The bytes of `slot` in a shard's `data` (rows of `rb` bytes).
-    #[inline]
-    fn bytes_of(data: &[u8], rb: usize, slot: u32) -> Option<&[u8]> {
-        let at = slot as usize * rb;
-        data.get(at..at + rb)
     }
 
     fn find_or_claim<E>(
@@ -454,15 +465,10 @@ impl RowCache {
         f: impl FnOnce(&[u8]) -> Result<(), E>,
     ) -> Result<Found, E> {
         if let Some(slot) = st.slots.get(row) {
-            let at = slot as usize * rb;
-            f(&st.data[at..at + rb])?;
+            f(st.bytes(rb, slot))?;
             return Ok(Found::Hit);
         }
-        if st.in_flight.insert(row) {
-            Ok(Found::Claimed)
-        } else {
-            Ok(Found::Busy)
-        }
+        Ok(st.claim(row))
     }
 
     /// Waits until no one is reading `row`, then looks it up as

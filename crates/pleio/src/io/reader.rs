@@ -297,14 +297,15 @@ impl Reader {
         each: &mut dyn FnMut(usize, &[u8]),
     ) -> Result<ReadStats, IoError> {
         let base = staging.as_ptr() as usize;
-        let in_place = reads.iter().all(|r| {
+        let in_place = |r: &Read| {
             r.len <= MAX_READ
                 && self.files.get(r.file).is_some_and(|f| {
                     f.in_place(r.offset, r.len, base.wrapping_add(r.dst), self.cfg.direct)
                 })
-        });
+        };
+        // (the guard runs only on io_uring: pread and the pool never stream)
         let ring = match &self.exec {
-            Exec::Uring(ring) if in_place => ring,
+            Exec::Uring(ring) if reads.iter().all(in_place) => ring,
             _ => {
                 let stats = self.read(reads, staging)?;
                 for (i, r) in reads.iter().enumerate() {
